@@ -1,0 +1,70 @@
+"""Domain errors, each carrying the exit status DESIGN.md section 7 assigns.
+
+The CLI turns these into one line on stderr and the exit status; nothing below
+the CLI prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class WfschedError(Exception):
+    """Base for every error an operator is meant to read."""
+
+    exit_code = 1
+
+
+class OperationError(WfschedError):
+    """The operation was valid but failed (exit 1)."""
+
+    exit_code = 1
+
+
+class UsageError(WfschedError, ValueError):
+    """Bad arguments, e.g. a malformed cursor (exit 2)."""
+
+    exit_code = 2
+
+
+class DefinitionError(WfschedError, ValueError):
+    """A schedule definition is invalid (exit 2).
+
+    The message is always `<source>: <key.path>: <what is wrong>` so an
+    operator can go straight to the offending line.
+    """
+
+    exit_code = 2
+
+    def __init__(self, source: str, path: str, message: str) -> None:
+        self.source = source
+        self.path = path
+        self.detail = message
+        where = f"{source}: {path}: " if path else f"{source}: "
+        super().__init__(f"{where}{message}")
+
+
+class NotFoundError(WfschedError, LookupError):
+    """A schedule or run does not exist (exit 3)."""
+
+    exit_code = 3
+
+
+class ConflictError(WfschedError):
+    """Stale revision, id taken, deleted schedule, store owned (exit 4)."""
+
+    exit_code = 4
+
+
+class StoreError(WfschedError):
+    """The store is unusable: newer schema, corrupt row, unsupported locking."""
+
+    exit_code = 1
+
+
+class CalendarError(WfschedError, ValueError):
+    """The calendar library answered something we refuse to act on.
+
+    Raised for a backward or non-advancing answer; the supervisor blocks the
+    schedule with this message instead of making silent progress.
+    """
+
+    exit_code = 1
