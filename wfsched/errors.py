@@ -68,3 +68,13 @@ class CalendarError(WfschedError, ValueError):
     """
 
     exit_code = 1
+
+
+class CalendarExhausted(WfschedError):
+    """The expression has no further instant (croniter's CroniterBadDateError).
+
+    At create time this is a definition error ("never fires"); later it makes
+    the schedule `exhausted`.
+    """
+
+    exit_code = 1
