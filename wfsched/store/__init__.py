@@ -1,0 +1,33 @@
+"""The store layer: the only package that speaks SQL."""
+
+from wfsched.store.core import DB_NAME, LOCK_NAME, RUNS_DIR, Store
+from wfsched.store.paths import default_store_path, resolve_store_path
+from wfsched.store.rows import (
+    EXECUTING_RUN_STATES,
+    UNFINISHED_RUN_STATES,
+    AttemptRow,
+    OccurrenceRow,
+    RequestRow,
+    RunRow,
+    ScheduleRow,
+    parse_run_id,
+    run_id,
+)
+
+__all__ = [
+    "DB_NAME",
+    "EXECUTING_RUN_STATES",
+    "LOCK_NAME",
+    "RUNS_DIR",
+    "UNFINISHED_RUN_STATES",
+    "AttemptRow",
+    "OccurrenceRow",
+    "RequestRow",
+    "RunRow",
+    "ScheduleRow",
+    "Store",
+    "default_store_path",
+    "parse_run_id",
+    "resolve_store_path",
+    "run_id",
+]

@@ -1,0 +1,526 @@
+"""The SQLite store: every SQL statement wfsched runs lives in this module.
+
+One database per store directory (WAL, synchronous=FULL, foreign keys).
+Writes go through `atomic()`, which opens `BEGIN IMMEDIATE` so a writer takes
+the lock up front instead of failing on upgrade; nested use becomes a
+savepoint. Administration commands and the supervisor share the database;
+each operation is one transaction, so they serialize cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from wfsched.errors import StoreError
+from wfsched.store.migrations import LATEST_VERSION, MIGRATIONS
+from wfsched.store.rows import (
+    EXECUTING_RUN_STATES,
+    UNFINISHED_RUN_STATES,
+    AttemptRow,
+    OccurrenceRow,
+    RequestRow,
+    RunRow,
+    ScheduleRow,
+)
+
+DB_NAME = "wfsched.db"
+LOCK_NAME = "supervisor.lock"
+RUNS_DIR = "runs"
+BUSY_TIMEOUT_MS = 15000
+
+_SCHEDULE_COLUMNS = (
+    "id, revision, definition, created_at, updated_at, paused, deleted_at, exhausted,"
+    " blocked_reason, consumed_through, candidate_at, candidate_why, next_due"
+)
+_SCHEDULE_MUTABLE = frozenset(
+    {
+        "revision",
+        "definition",
+        "updated_at",
+        "paused",
+        "deleted_at",
+        "exhausted",
+        "blocked_reason",
+        "consumed_through",
+        "candidate_at",
+        "candidate_why",
+        "next_due",
+    }
+)
+_RUN_COLUMNS = (
+    "seq, schedule_id, kind, scheduled_at, state, reason, exit_code, revision, invocation,"
+    " admitted_at, started_at, finished_at, attempt"
+)
+_RUN_MUTABLE = frozenset({"state", "reason", "exit_code", "started_at", "finished_at", "attempt"})
+_ATTEMPT_COLUMNS = (
+    "run_seq, attempt, state, started_at, finished_at, exit_code, reason, shim_pid, shim_start_time"
+)
+_ATTEMPT_MUTABLE = frozenset(
+    {"state", "started_at", "finished_at", "exit_code", "reason", "shim_pid", "shim_start_time"}
+)
+_OCCURRENCE_SELECT = (
+    "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
+    " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
+    " r.started_at, r.finished_at FROM occurrences o LEFT JOIN runs r ON r.seq = o.run_seq"
+)
+
+
+def _placeholders(values: Sequence[object]) -> str:
+    return ",".join("?" for _ in values)
+
+
+class Store:
+    """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`."""
+
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
+        self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
+        self.db_path = self.root / DB_NAME
+        self.lock_path = self.root / LOCK_NAME
+        self.runs_dir = self.root / RUNS_DIR
+        if not self.db_path.exists() and not create:
+            raise StoreError(f"no store at {self.root}; create a schedule there first")
+        self._conn = self._connect()
+        self._migrate()
+
+    # -- connection and transactions ---------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        old_umask = os.umask(0o077)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.runs_dir.mkdir(exist_ok=True)
+            conn = sqlite3.connect(
+                self.db_path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open store {self.root}: {exc}") from exc
+        finally:
+            os.umask(old_umask)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.db_path}: not a usable wfsched database: {exc}") from exc
+        return conn
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > LATEST_VERSION:
+            raise StoreError(
+                f"{self.db_path}: schema version {version} is newer than this wfsched"
+                f" understands ({LATEST_VERSION}); upgrade wfsched to use this store"
+            )
+        if version == LATEST_VERSION:
+            return
+        with self.atomic():
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            for number, _why, statements in MIGRATIONS:
+                if number <= version:
+                    continue
+                for statement in statements:
+                    self._conn.execute(statement)
+                self._conn.execute(f"PRAGMA user_version = {number}")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One write transaction; nested calls become savepoints.
+
+        A failing rollback never hides the error that caused it.
+        """
+        if self._conn.in_transaction:
+            name = f"sp{id(object())}"
+            self._conn.execute(f"SAVEPOINT {name}")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+                raise
+            self._conn.execute(f"RELEASE {name}")
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            with suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction, so multi-statement reads see one state."""
+        if self._conn.in_transaction:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")
+
+    # -- schedules -----------------------------------------------------------
+
+    def insert_schedule(
+        self,
+        schedule_id: str,
+        definition: str,
+        now: float,
+        consumed_through: int,
+        next_due: int | None,
+        exhausted: bool = False,
+    ) -> None:
+        self._conn.execute(
+            "INSERT INTO schedules (id, revision, definition, created_at, updated_at,"
+            " consumed_through, next_due, exhausted) VALUES (?, 1, ?, ?, ?, ?, ?, ?)",
+            (schedule_id, definition, now, now, consumed_through, next_due, int(exhausted)),
+        )
+        self.insert_revision(schedule_id, 1, definition, now)
+
+    def insert_revision(self, schedule_id: str, revision: int, definition: str, now: float) -> None:
+        self._conn.execute(
+            "INSERT INTO revisions (schedule_id, revision, definition, created_at)"
+            " VALUES (?, ?, ?, ?)",
+            (schedule_id, revision, definition, now),
+        )
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
+        row = self._conn.execute(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,)
+        ).fetchone()
+        return _schedule(row) if row else None
+
+    def list_schedules(self, include_deleted: bool = False) -> list[ScheduleRow]:
+        where = "" if include_deleted else " WHERE deleted_at IS NULL"
+        rows = self._conn.execute(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules{where} ORDER BY id")
+        return [_schedule(row) for row in rows]
+
+    def schedules_by_id(self, ids: Iterable[str]) -> dict[str, ScheduleRow]:
+        wanted = list(ids)
+        found: dict[str, ScheduleRow] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self._conn.execute(
+                f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id IN ({_placeholders(chunk)})",
+                chunk,
+            )
+            for row in rows:
+                found[row[0]] = _schedule(row)
+        return found
+
+    def update_schedule(self, schedule_id: str, **fields: Any) -> None:
+        unknown = set(fields) - _SCHEDULE_MUTABLE
+        if unknown:
+            raise ValueError(f"not mutable: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._conn.execute(
+            f"UPDATE schedules SET {assignments} WHERE id = ?", (*fields.values(), schedule_id)
+        )
+
+    def due_schedules(self, now: int, limit: int) -> list[ScheduleRow]:
+        """Schedules the tick must look at: due by calendar, or holding a candidate."""
+        rows = self._conn.execute(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_due <= ?"
+            f" UNION SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE candidate_at IS NOT NULL"
+            " ORDER BY id LIMIT ?",
+            (now, limit),
+        )
+        return [_schedule(row) for row in rows]
+
+    def earliest_next_due(self) -> int | None:
+        row = self._conn.execute("SELECT MIN(next_due) FROM schedules").fetchone()
+        return row[0]
+
+    # -- occurrences (the ledger) -------------------------------------------
+
+    def insert_occurrence(
+        self,
+        schedule_id: str,
+        scheduled_at: int,
+        state: str,
+        revision: int,
+        recorded_at: float,
+        *,
+        reason: str | None = None,
+        run_seq: int | None = None,
+        last_at: int | None = None,
+        count: int | None = None,
+        summary: bool = False,
+    ) -> int:
+        cursor = self._conn.execute(
+            "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
+            " reason, revision, run_seq, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                schedule_id,
+                scheduled_at,
+                last_at,
+                count,
+                int(summary),
+                state,
+                reason,
+                revision,
+                run_seq,
+                recorded_at,
+            ),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def insert_occurrences(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Bulk insert of (schedule_id, scheduled_at, last_at, count, summary, state,
+        reason, revision, run_seq, recorded_at) tuples (seeding and benchmarks)."""
+        self._conn.executemany(
+            "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
+            " reason, revision, run_seq, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+    def page_occurrences(
+        self, schedule_id: str, after: tuple[int, int] | None, limit: int
+    ) -> list[OccurrenceRow]:
+        """Oldest first by (instant, seq); keyset paging so any page is an index seek."""
+        if after is None:
+            rows = self._conn.execute(
+                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ?"
+                " ORDER BY o.scheduled_at, o.seq LIMIT ?",
+                (schedule_id, limit),
+            )
+        else:
+            rows = self._conn.execute(
+                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND (o.scheduled_at, o.seq) > (?, ?)"
+                " ORDER BY o.scheduled_at, o.seq LIMIT ?",
+                (schedule_id, after[0], after[1], limit),
+            )
+        return [_occurrence(row) for row in rows]
+
+    def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None:
+        row = self._conn.execute(f"{_OCCURRENCE_SELECT} WHERE o.run_seq = ?", (run_seq,)).fetchone()
+        return _occurrence(row) if row else None
+
+    def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
+        """The newest run state per schedule (for `list`)."""
+        outcome: dict[str, str] = {}
+        for start in range(0, len(schedule_ids), 500):
+            chunk = list(schedule_ids[start : start + 500])
+            rows = self._conn.execute(
+                "SELECT r.schedule_id, r.state FROM runs r JOIN (SELECT schedule_id,"
+                f" MAX(seq) AS seq FROM runs WHERE schedule_id IN ({_placeholders(chunk)})"
+                " GROUP BY schedule_id) m ON m.seq = r.seq",
+                chunk,
+            )
+            outcome.update(dict(rows.fetchall()))
+        return outcome
+
+    # -- runs and attempts ----------------------------------------------------
+
+    def insert_run(
+        self,
+        schedule_id: str,
+        kind: str,
+        scheduled_at: int,
+        revision: int,
+        invocation: str,
+        admitted_at: float,
+    ) -> int:
+        cursor = self._conn.execute(
+            "INSERT INTO runs (schedule_id, kind, scheduled_at, state, revision, invocation,"
+            " admitted_at) VALUES (?, ?, ?, 'admitted', ?, ?, ?)",
+            (schedule_id, kind, scheduled_at, revision, invocation, admitted_at),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def get_run(self, seq: int) -> RunRow | None:
+        row = self._conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE seq = ?", (seq,)
+        ).fetchone()
+        return RunRow(*row) if row else None
+
+    def update_run(self, seq: int, **fields: Any) -> None:
+        unknown = set(fields) - _RUN_MUTABLE
+        if unknown:
+            raise ValueError(f"not mutable: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._conn.execute(f"UPDATE runs SET {assignments} WHERE seq = ?", (*fields.values(), seq))
+
+    def list_runs(
+        self,
+        *,
+        schedule_id: str | None = None,
+        state: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[RunRow]:
+        """Newest first; keyset paging on seq."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if schedule_id is not None:
+            clauses.append("schedule_id = ?")
+            params.append(schedule_id)
+        if state is not None:
+            clauses.append("state = ?")
+            params.append(state)
+        if before_seq is not None:
+            clauses.append("seq < ?")
+            params.append(before_seq)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC LIMIT ?", (*params, limit)
+        )
+        return [RunRow(*row) for row in rows]
+
+    def unfinished_runs(self) -> list[RunRow]:
+        rows = self._conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE state IN"
+            f" ({_placeholders(UNFINISHED_RUN_STATES)}) ORDER BY seq",
+            UNFINISHED_RUN_STATES,
+        )
+        return [RunRow(*row) for row in rows]
+
+    def active_run_counts(self, schedule_ids: Sequence[str]) -> dict[str, int]:
+        """Unfinished scheduled runs per schedule: what overlap counts."""
+        counts: dict[str, int] = {}
+        for start in range(0, len(schedule_ids), 500):
+            chunk = list(schedule_ids[start : start + 500])
+            rows = self._conn.execute(
+                "SELECT schedule_id, COUNT(*) FROM runs WHERE kind = 'scheduled' AND state IN"
+                f" ({_placeholders(UNFINISHED_RUN_STATES)}) AND schedule_id IN"
+                f" ({_placeholders(chunk)}) GROUP BY schedule_id",
+                (*UNFINISHED_RUN_STATES, *chunk),
+            )
+            counts.update(dict(rows.fetchall()))
+        return counts
+
+    def all_active_run_counts(self) -> dict[str, int]:
+        rows = self._conn.execute(
+            "SELECT schedule_id, COUNT(*) FROM runs WHERE state IN"
+            f" ({_placeholders(UNFINISHED_RUN_STATES)}) GROUP BY schedule_id",
+            UNFINISHED_RUN_STATES,
+        )
+        return dict(rows.fetchall())
+
+    def executing_count(self) -> int:
+        """Scheduled runs holding an execution slot (manual runs bypass capacity)."""
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM runs WHERE kind = 'scheduled' AND state IN"
+            f" ({_placeholders(EXECUTING_RUN_STATES)})",
+            EXECUTING_RUN_STATES,
+        ).fetchone()
+        return int(row[0])
+
+    def run_state_counts(self) -> dict[str, int]:
+        rows = self._conn.execute(
+            "SELECT state, COUNT(*) FROM runs WHERE state IN"
+            f" ({_placeholders(UNFINISHED_RUN_STATES)}) GROUP BY state",
+            UNFINISHED_RUN_STATES,
+        )
+        return dict(rows.fetchall())
+
+    def insert_attempt(self, run_seq: int, attempt: int, started_at: float) -> None:
+        self._conn.execute(
+            "INSERT INTO attempts (run_seq, attempt, state, started_at)"
+            " VALUES (?, ?, 'running', ?)",
+            (run_seq, attempt, started_at),
+        )
+
+    def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
+        unknown = set(fields) - _ATTEMPT_MUTABLE
+        if unknown:
+            raise ValueError(f"not mutable: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._conn.execute(
+            f"UPDATE attempts SET {assignments} WHERE run_seq = ? AND attempt = ?",
+            (*fields.values(), run_seq, attempt),
+        )
+
+    def attempts(self, run_seq: int) -> list[AttemptRow]:
+        rows = self._conn.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_seq = ? ORDER BY attempt",
+            (run_seq,),
+        )
+        return [AttemptRow(*row) for row in rows]
+
+    def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None:
+        row = self._conn.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_seq = ? AND attempt = ?",
+            (run_seq, attempt),
+        ).fetchone()
+        return AttemptRow(*row) if row else None
+
+    # -- requests for the supervisor --------------------------------------------
+
+    def insert_request(
+        self,
+        kind: str,
+        now: float,
+        *,
+        schedule_id: str | None = None,
+        run_seq: int | None = None,
+        payload: str | None = None,
+    ) -> int:
+        cursor = self._conn.execute(
+            "INSERT INTO requests (kind, schedule_id, run_seq, payload, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (kind, schedule_id, run_seq, payload, now),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def pending_requests(self, limit: int = 100) -> list[RequestRow]:
+        rows = self._conn.execute(
+            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
+            " handled_at FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [RequestRow(*row) for row in rows]
+
+    def get_request(self, seq: int) -> RequestRow | None:
+        row = self._conn.execute(
+            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
+            " handled_at FROM requests WHERE seq = ?",
+            (seq,),
+        ).fetchone()
+        return RequestRow(*row) if row else None
+
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
+        self._conn.execute(
+            "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
+            (state, result, now, seq),
+        )
+
+    # -- supervisor bookkeeping --------------------------------------------------
+
+    def set_meta(self, **values: str) -> None:
+        self._conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            list(values.items()),
+        )
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+
+def _schedule(row: Sequence[Any]) -> ScheduleRow:
+    values = list(row)
+    values[5] = bool(values[5])
+    values[7] = bool(values[7])
+    return ScheduleRow(*values)
+
+
+def _occurrence(row: Sequence[Any]) -> OccurrenceRow:
+    values = list(row)
+    values[5] = bool(values[5])
+    return OccurrenceRow(*values)

@@ -1,0 +1,135 @@
+"""Numbered schema migrations, applied with their version in one transaction.
+
+Each entry is (version, why, statements). A store whose `user_version` is
+newer than the last entry is refused: a downgrade must never guess.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        # Everything the supervisor needs exists from the start (watermark,
+        # candidate, flags, ledger, runs, attempts, requests), so later work
+        # adds logic, not half-designed tables.
+        "initial schema",
+        [
+            """
+            CREATE TABLE schedules (
+                id TEXT PRIMARY KEY,
+                revision INTEGER NOT NULL CHECK (revision >= 1),
+                definition TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL,
+                paused INTEGER NOT NULL DEFAULT 0,
+                deleted_at REAL,
+                exhausted INTEGER NOT NULL DEFAULT 0,
+                blocked_reason TEXT,
+                consumed_through INTEGER NOT NULL,
+                candidate_at INTEGER,
+                candidate_why TEXT
+                    CHECK (candidate_why IN ('misfire', 'capacity', 'queued')),
+                next_due INTEGER
+            )
+            """,
+            # The tick reads only schedules that are due or hold a candidate.
+            "CREATE INDEX schedules_next_due ON schedules(next_due) WHERE next_due IS NOT NULL",
+            "CREATE INDEX schedules_candidate ON schedules(candidate_at)"
+            " WHERE candidate_at IS NOT NULL",
+            # The watermark is the whole replay guard: refuse to move it back,
+            # whatever code path tries.
+            """
+            CREATE TRIGGER schedules_watermark_monotone
+            BEFORE UPDATE OF consumed_through ON schedules
+            WHEN NEW.consumed_through < OLD.consumed_through
+            BEGIN
+                SELECT RAISE(ABORT, 'consumed_through may not move back');
+            END
+            """,
+            """
+            CREATE TABLE revisions (
+                schedule_id TEXT NOT NULL REFERENCES schedules(id),
+                revision INTEGER NOT NULL,
+                definition TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                PRIMARY KEY (schedule_id, revision)
+            )
+            """,
+            """
+            CREATE TABLE runs (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                schedule_id TEXT NOT NULL REFERENCES schedules(id),
+                kind TEXT NOT NULL CHECK (kind IN ('scheduled', 'manual')),
+                scheduled_at INTEGER NOT NULL,
+                state TEXT NOT NULL CHECK (state IN
+                    ('admitted', 'running', 'interrupted', 'completed', 'failed')),
+                reason TEXT,
+                exit_code INTEGER,
+                revision INTEGER NOT NULL,
+                invocation TEXT NOT NULL,
+                admitted_at REAL NOT NULL,
+                started_at REAL,
+                finished_at REAL,
+                attempt INTEGER NOT NULL DEFAULT 0
+            )
+            """,
+            "CREATE INDEX runs_schedule ON runs(schedule_id, seq)",
+            "CREATE INDEX runs_unfinished ON runs(state, schedule_id)"
+            " WHERE state IN ('admitted', 'running', 'interrupted')",
+            """
+            CREATE TABLE attempts (
+                run_seq INTEGER NOT NULL REFERENCES runs(seq),
+                attempt INTEGER NOT NULL CHECK (attempt >= 1),
+                state TEXT NOT NULL CHECK (state IN
+                    ('running', 'interrupted', 'completed', 'failed')),
+                started_at REAL,
+                finished_at REAL,
+                exit_code INTEGER,
+                reason TEXT,
+                shim_pid INTEGER,
+                shim_start_time INTEGER,
+                PRIMARY KEY (run_seq, attempt)
+            )
+            """,
+            """
+            CREATE TABLE occurrences (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                schedule_id TEXT NOT NULL REFERENCES schedules(id),
+                scheduled_at INTEGER NOT NULL,
+                last_at INTEGER,
+                count INTEGER,
+                summary INTEGER NOT NULL DEFAULT 0,
+                state TEXT NOT NULL,
+                reason TEXT,
+                revision INTEGER NOT NULL,
+                run_seq INTEGER REFERENCES runs(seq),
+                recorded_at REAL NOT NULL
+            )
+            """,
+            # One decision per instant: the database itself refuses a second
+            # admission (or any second verdict) of the same occurrence.
+            "CREATE UNIQUE INDEX occurrences_instant ON occurrences(schedule_id, scheduled_at)"
+            " WHERE summary = 0",
+            "CREATE INDEX occurrences_page ON occurrences(schedule_id, scheduled_at, seq)",
+            "CREATE UNIQUE INDEX occurrences_run ON occurrences(run_seq) WHERE run_seq IS NOT NULL",
+            """
+            CREATE TABLE requests (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind TEXT NOT NULL CHECK (kind IN ('trigger', 'resume', 'cancel')),
+                schedule_id TEXT,
+                run_seq INTEGER,
+                payload TEXT,
+                created_at REAL NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending'
+                    CHECK (state IN ('pending', 'done', 'refused')),
+                result TEXT,
+                handled_at REAL
+            )
+            """,
+            "CREATE INDEX requests_pending ON requests(seq) WHERE state = 'pending'",
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        ],
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]

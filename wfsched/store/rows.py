@@ -1,0 +1,116 @@
+"""Plain rows read from the store; the store layer is the only producer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UNFINISHED_RUN_STATES = ("admitted", "running", "interrupted")
+EXECUTING_RUN_STATES = ("admitted", "running")
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    id: str
+    revision: int
+    definition: str
+    created_at: float
+    updated_at: float
+    paused: bool
+    deleted_at: float | None
+    exhausted: bool
+    blocked_reason: str | None
+    consumed_through: int
+    candidate_at: int | None
+    candidate_why: str | None
+    next_due: int | None
+
+    @property
+    def state(self) -> str:
+        if self.deleted_at is not None:
+            return "deleted"
+        if self.blocked_reason:
+            return "blocked"
+        if self.paused:
+            return "paused"
+        if self.exhausted:
+            return "exhausted"
+        return "active"
+
+
+@dataclass(frozen=True)
+class OccurrenceRow:
+    seq: int
+    schedule_id: str
+    scheduled_at: int
+    last_at: int | None
+    count: int | None
+    summary: bool
+    state: str
+    reason: str | None
+    revision: int
+    run_seq: int | None
+    recorded_at: float
+    run_state: str | None = None
+    run_reason: str | None = None
+    admitted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    seq: int
+    schedule_id: str
+    kind: str
+    scheduled_at: int
+    state: str
+    reason: str | None
+    exit_code: int | None
+    revision: int
+    invocation: str
+    admitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    attempt: int
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.seq)
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    run_seq: int
+    attempt: int
+    state: str
+    started_at: float | None
+    finished_at: float | None
+    exit_code: int | None
+    reason: str | None
+    shim_pid: int | None
+    shim_start_time: int | None
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    seq: int
+    kind: str
+    schedule_id: str | None
+    run_seq: int | None
+    payload: str | None
+    created_at: float
+    state: str
+    result: str | None
+    handled_at: float | None
+
+
+def run_id(seq: int) -> str:
+    return f"run-{seq:06d}"
+
+
+def parse_run_id(text: str) -> int | None:
+    """`run-000042` (or `42`) -> 42; anything else -> None."""
+    digits = text[4:] if text.startswith("run-") else text
+    if digits.isdigit() and int(digits) > 0:
+        return int(digits)
+    return None
