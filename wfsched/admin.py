@@ -1,0 +1,409 @@
+"""The schedule administration API the CLI calls (DESIGN sections 4 and 7).
+
+Each mutating operation is one store transaction and is safe while a
+supervisor runs: the supervisor decides inside its own transaction, so the
+two serialize. The clock is injected; nothing here reads the time itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for, describe_local
+from wfsched.decisions import Candidate, Entry, consume_until, next_due_after, span_between
+from wfsched.definition import (
+    canonical_json,
+    definition_from_document,
+    load_definition_file,
+)
+from wfsched.errors import ConflictError, DefinitionError, NotFoundError, UsageError
+from wfsched.model import Definition, OneShotTrigger
+from wfsched.paging import decode_cursor, encode_cursor
+from wfsched.store import ScheduleRow, Store
+from wfsched.timeutil import Clock, format_instant, parse_instant, wall_clock
+from wfsched.views import occurrence_view, pending_view, schedule_view
+
+MAX_PAGE = 100
+
+
+@dataclass(frozen=True)
+class ApplyAction:
+    schedule_id: str
+    action: str  # "created" | "updated" | "unchanged" | "deleted"
+    revision: int | None
+    source: str | None
+
+
+class Admin:
+    def __init__(self, store: Store, clock: Clock = wall_clock) -> None:
+        self.store = store
+        self.clock = clock
+        self._definitions: dict[tuple[str, int], Definition] = {}
+
+    # -- reading ---------------------------------------------------------------
+
+    def definition(self, row: ScheduleRow) -> Definition:
+        """The stored definition, parsed once per (id, revision)."""
+        key = (row.id, row.revision)
+        cached = self._definitions.get(key)
+        if cached is None:
+            cached = definition_from_document(json.loads(row.definition), f"store:{row.id}")
+            self._definitions[key] = cached
+        return cached
+
+    def row(self, schedule_id: str) -> ScheduleRow:
+        row = self.store.get_schedule(schedule_id)
+        if row is None:
+            raise NotFoundError(f"no schedule {schedule_id!r}; `wfsched list --all` shows them")
+        return row
+
+    def get(self, schedule_id: str) -> dict[str, Any]:
+        row = self.row(schedule_id)
+        active = self.store.active_run_counts([row.id]).get(row.id, 0)
+        return schedule_view(row, self.definition(row), active)
+
+    def list(self, include_deleted: bool = False) -> list[dict[str, Any]]:
+        with self.store.snapshot():
+            rows = self.store.list_schedules(include_deleted)
+            active = self.store.all_active_run_counts()
+            outcomes = self.store.last_outcomes([row.id for row in rows])
+        views = []
+        for row in rows:
+            view = schedule_view(row, self.definition(row), active.get(row.id, 0))
+            view["last_outcome"] = outcomes.get(row.id)
+            views.append(view)
+        return views
+
+    # -- creating and changing ---------------------------------------------------
+
+    def load(self, path: str) -> Definition:
+        return load_definition_file(path, now=int(self.clock()))
+
+    def create(self, defn: Definition) -> dict[str, Any]:
+        now = self.clock()
+        with self.store.atomic():
+            existing = self.store.get_schedule(defn.id)
+            if existing is not None:
+                raise ConflictError(_taken(existing))
+            self._insert(defn, now)
+        return self.get(defn.id)
+
+    def _insert(self, defn: Definition, now: float) -> None:
+        consumed = int(now)
+        if isinstance(defn.trigger, OneShotTrigger) and defn.trigger.at <= consumed:
+            # A one-shot already past at create is accepted and left to the
+            # misfire policy: its instant must still be due, not consumed.
+            consumed = defn.trigger.at - 1
+        next_due, exhausted = next_due_after(calendar_for(defn.trigger), consumed)
+        self.store.insert_schedule(
+            defn.id, canonical_json(defn), now, consumed, next_due, exhausted
+        )
+
+    def update(self, defn: Definition, expected_revision: int) -> tuple[dict[str, Any], bool]:
+        """Replace the definition; returns (schedule, changed?)."""
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(defn.id)
+            _refuse_deleted(row, "update")
+            if row.revision != expected_revision:
+                raise ConflictError(
+                    f"{row.id}: stale revision {expected_revision}; the store has revision"
+                    f" {row.revision}. Re-read it with `wfsched get {row.id} --toml` and"
+                    " apply your change to that"
+                )
+            changed = canonical_json(defn) != row.definition
+            if changed:
+                self._replace(row, defn, now)
+        return self.get(defn.id), changed
+
+    def _replace(self, row: ScheduleRow, defn: Definition, now: float) -> None:
+        old_cal = calendar_for(self.definition(row).trigger)
+        change = consume_until(old_cal, row.consumed_through, _candidate(row), int(now), "update")
+        self._record(row, change.entries, now)
+        next_due, exhausted = None, row.exhausted
+        if not row.paused:
+            next_due, exhausted = next_due_after(
+                calendar_for(defn.trigger), change.consumed_through
+            )
+        revision = row.revision + 1
+        definition = canonical_json(defn)
+        self.store.update_schedule(
+            row.id,
+            revision=revision,
+            definition=definition,
+            updated_at=now,
+            consumed_through=change.consumed_through,
+            candidate_at=None,
+            candidate_why=None,
+            next_due=next_due,
+            exhausted=int(exhausted),
+            blocked_reason=None,
+        )
+        self.store.insert_revision(row.id, revision, definition, now)
+
+    def apply(
+        self, paths: Sequence[str], *, prune: bool = False, dry_run: bool = False
+    ) -> list[ApplyAction]:
+        """Make the store match the definitions under `paths` (files or folders).
+
+        Every file is validated before anything is written; one transaction
+        covers the whole apply, so it lands completely or not at all.
+        """
+        now = self.clock()
+        wanted = self._load_all(paths, int(now))
+        actions: list[ApplyAction] = []
+        with self.store.atomic():
+            existing = self.store.schedules_by_id(wanted)
+            for schedule_id, (defn, source) in sorted(wanted.items()):
+                row = existing.get(schedule_id)
+                if row is None:
+                    actions.append(ApplyAction(schedule_id, "created", 1, source))
+                    if not dry_run:
+                        self._insert(defn, now)
+                    continue
+                if row.deleted_at is not None:
+                    raise ConflictError(f"{source}: id: {_taken(row)}")
+                if canonical_json(defn) == row.definition:
+                    actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
+                    continue
+                actions.append(ApplyAction(schedule_id, "updated", row.revision + 1, source))
+                if not dry_run:
+                    self._replace(row, defn, now)
+            if prune:
+                for row in self.store.list_schedules():
+                    if row.id not in wanted:
+                        actions.append(ApplyAction(row.id, "deleted", row.revision, None))
+                        if not dry_run:
+                            self._delete(row, now)
+        return actions
+
+    def _load_all(self, paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
+        files: list[Path] = []
+        for given in paths:
+            path = Path(given)
+            if path.is_dir():
+                files.extend(sorted(p for p in path.rglob("*.toml") if p.is_file()))
+            elif path.exists():
+                files.append(path)
+            else:
+                raise UsageError(f"{given}: no such file or directory")
+        wanted: dict[str, tuple[Definition, str]] = {}
+        for file in files:
+            defn = load_definition_file(file, now=now)
+            if defn.id in wanted:
+                raise DefinitionError(
+                    str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                )
+            wanted[defn.id] = (defn, str(file))
+        return wanted
+
+    # -- pause, resume, delete -------------------------------------------------------
+
+    def pause(self, schedule_id: str) -> tuple[dict[str, Any], bool]:
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(schedule_id)
+            _refuse_deleted(row, "pause")
+            if row.paused:
+                return self.get(schedule_id), False
+            change = consume_until(
+                self._calendar(row), row.consumed_through, _candidate(row), int(now), "pause"
+            )
+            self._record(row, change.entries, now)
+            self.store.update_schedule(
+                row.id,
+                paused=1,
+                updated_at=now,
+                consumed_through=change.consumed_through,
+                candidate_at=None,
+                candidate_why=None,
+                next_due=None,
+            )
+        return self.get(schedule_id), True
+
+    def resume(self, schedule_id: str) -> tuple[dict[str, Any], bool]:
+        """Continue from the next future instant; the paused span is one
+        `skipped-paused` row (a one-shot that passed gets a row of its own).
+
+        Resume also clears a supervisor block: it is the operator saying the
+        cause was dealt with, and the block's diagnostic stays in the ledger.
+        """
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(schedule_id)
+            _refuse_deleted(row, "resume")
+            if not row.paused and not row.blocked_reason:
+                return self.get(schedule_id), False
+            cal = self._calendar(row)
+            consumed = max(row.consumed_through, int(now))
+            entries: list[Entry] = []
+            if row.paused:
+                span = span_between(cal, row.consumed_through, int(now))
+                if span is not None:
+                    reason = "paused"
+                    entries.append(
+                        Entry("skipped-paused", span.first, reason)
+                        if span.count == 1
+                        else Entry(
+                            "skipped-paused",
+                            span.first,
+                            reason,
+                            last=span.last,
+                            count=span.count,
+                            summary=True,
+                        )
+                    )
+            else:
+                consumed = row.consumed_through
+            self._record(row, entries, now)
+            next_due, exhausted = next_due_after(cal, consumed)
+            self.store.update_schedule(
+                row.id,
+                paused=0,
+                blocked_reason=None,
+                updated_at=now,
+                consumed_through=consumed,
+                next_due=next_due,
+                exhausted=int(exhausted or row.exhausted),
+            )
+        return self.get(schedule_id), True
+
+    def delete(self, schedule_id: str) -> tuple[dict[str, Any], bool]:
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(schedule_id)
+            if row.deleted_at is not None:
+                return self.get(schedule_id), False
+            self._delete(row, now)
+        return self.get(schedule_id), True
+
+    def _delete(self, row: ScheduleRow, now: float) -> None:
+        consumed = row.consumed_through
+        if not row.paused:
+            change = consume_until(
+                self._calendar(row), row.consumed_through, _candidate(row), int(now), "delete"
+            )
+            self._record(row, change.entries, now)
+            consumed = change.consumed_through
+        self.store.update_schedule(
+            row.id,
+            deleted_at=now,
+            updated_at=now,
+            consumed_through=consumed,
+            candidate_at=None,
+            candidate_why=None,
+            next_due=None,
+        )
+
+    # -- previews and history ------------------------------------------------------
+
+    def next(
+        self, schedule_id: str, count: int = 5, after: str | None = None
+    ) -> list[dict[str, Any]]:
+        if not 1 <= count <= 1000:
+            raise UsageError("--count must be between 1 and 1000")
+        row = self.row(schedule_id)
+        defn = self.definition(row)
+        cal = calendar_for(defn.trigger)
+        if after is not None:
+            try:
+                cursor = parse_instant(after)
+            except ValueError as exc:
+                raise UsageError(f"--after: {exc}") from None
+        else:
+            cursor = max(int(self.clock()), row.consumed_through)
+        zone = getattr(defn.trigger, "timezone", "UTC")
+        items = []
+        for _ in range(count):
+            following = cal.next_after_epoch(cursor)
+            if following is None:
+                break
+            local, note = describe_local(
+                following, zone, cal if isinstance(cal, CronCalendar) else None
+            )
+            items.append({"scheduled_at": format_instant(following), "local": local, "note": note})
+            cursor = following
+        return items
+
+    def occurrences(
+        self, schedule_id: str, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """History oldest first; a held candidate is a `pending` row at the top
+        of the first page (it counts toward `limit`)."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
+        after: tuple[int, int] | None = None
+        items: list[dict[str, Any]] = []
+        with self.store.snapshot():
+            row = self.row(schedule_id)
+            if cursor is not None:
+                key = decode_cursor(cursor, "at", "seq")
+                if key["at"] is not None:
+                    after = (key["at"], key["seq"])
+            elif row.candidate_at is not None and row.candidate_why is not None:
+                items.append(
+                    pending_view(row.id, row.candidate_at, row.candidate_why, row.revision)
+                )
+            room = limit - len(items)
+            rows = self.store.page_occurrences(row.id, after, room + 1) if room else []
+        items.extend(occurrence_view(occurrence) for occurrence in rows[:room])
+        next_cursor = None
+        if room == 0:
+            next_cursor = encode_cursor(at=None, seq=None)
+        elif len(rows) > room:
+            last = rows[room - 1]
+            next_cursor = encode_cursor(at=last.scheduled_at, seq=last.seq)
+        return items, next_cursor
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _calendar(self, row: ScheduleRow) -> CronCalendar | OneShotCalendar:
+        return calendar_for(self.definition(row).trigger)
+
+    def _record(self, row: ScheduleRow, entries: Iterable[Entry], now: float) -> None:
+        record_entries(self.store, row.id, row.revision, entries, now)
+
+
+def record_entries(
+    store: Store, schedule_id: str, revision: int, entries: Iterable[Entry], now: float
+) -> None:
+    """Write decision entries as ledger rows (shared with the supervisor)."""
+    for entry in entries:
+        store.insert_occurrence(
+            schedule_id,
+            entry.at,
+            entry.state,
+            revision,
+            now,
+            reason=entry.reason,
+            last_at=entry.last,
+            count=entry.count,
+            summary=entry.summary,
+        )
+
+
+def _candidate(row: ScheduleRow) -> Candidate | None:
+    if row.candidate_at is None or row.candidate_why is None:
+        return None
+    return Candidate(row.candidate_at, row.candidate_why)
+
+
+def _taken(row: ScheduleRow) -> str:
+    if row.deleted_at is not None:
+        return (
+            f"{row.id!r} belonged to a schedule deleted at {format_instant(row.deleted_at)};"
+            " ids are never reused, choose another"
+        )
+    return f"{row.id!r} already exists (revision {row.revision}); use `wfsched update`"
+
+
+def _refuse_deleted(row: ScheduleRow, operation: str) -> None:
+    if row.deleted_at is not None:
+        raise ConflictError(
+            f"{row.id}: cannot {operation} a deleted schedule (deleted at"
+            f" {format_instant(row.deleted_at)}); its history stays readable with `wfsched get`"
+        )

@@ -1,0 +1,34 @@
+"""Opaque keyset cursors: a page is an index seek, whatever the history size."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from wfsched.errors import UsageError
+
+
+def encode_cursor(**key: Any) -> str:
+    raw = json.dumps({"v": 1, **key}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, *fields: str) -> dict[str, Any]:
+    """The cursor's key fields; a cursor not made by `encode_cursor` is exit 2."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        key = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        if not isinstance(key, dict) or key.get("v") != 1 or set(key) != {"v", *fields}:
+            raise ValueError("wrong shape")
+        for name in fields:
+            if key[name] is not None and (
+                not isinstance(key[name], int) or isinstance(key[name], bool)
+            ):
+                raise ValueError("wrong type")
+    except (ValueError, UnicodeError, binascii.Error):
+        raise UsageError(
+            f"malformed cursor {cursor!r}; pass the next_cursor printed by the previous page"
+        ) from None
+    return key

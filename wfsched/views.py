@@ -1,0 +1,121 @@
+"""Rows -> the documented JSON shapes (DESIGN section 8).
+
+The CLI prints these for `--json` and renders the same dicts as tables, so
+there is one mapping from the store to what operators and machines see.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wfsched.model import Definition
+from wfsched.store import AttemptRow, OccurrenceRow, RunRow, ScheduleRow, run_id
+from wfsched.timeutil import format_event, format_instant, occurrence_id
+
+
+def schedule_view(row: ScheduleRow, defn: Definition, active_runs: int) -> dict[str, Any]:
+    document = defn.to_document()
+    return {
+        "id": row.id,
+        "revision": row.revision,
+        "description": document["description"],
+        "trigger": document["trigger"],
+        "run": document["run"],
+        "policy": document["policy"],
+        "notify": document["notify"],
+        "input": document["input"],
+        "state": row.state,
+        "blocked_reason": row.blocked_reason,
+        "next_due": format_instant(row.next_due)
+        if row.state in ("active", "blocked") and not row.blocked_reason
+        else None,
+        "pending": format_instant(row.candidate_at),
+        "active_runs": active_runs,
+        "created_at": format_event(row.created_at),
+        "updated_at": format_event(row.updated_at),
+        "deleted_at": format_event(row.deleted_at),
+    }
+
+
+def occurrence_view(row: OccurrenceRow) -> dict[str, Any]:
+    state = row.run_state if row.run_seq is not None and row.run_state else row.state
+    reason = row.run_reason if row.run_seq is not None and row.run_reason else row.reason
+    view: dict[str, Any] = {
+        "occurrence_id": None if row.summary else occurrence_id(row.schedule_id, row.scheduled_at),
+        "schedule_id": row.schedule_id,
+        "scheduled_at": format_instant(row.scheduled_at),
+        "state": state,
+        "reason": reason,
+        "revision": row.revision,
+        "run_id": run_id(row.run_seq) if row.run_seq is not None else None,
+        "admitted_at": format_event(row.admitted_at),
+        "started_at": format_event(row.started_at),
+        "finished_at": format_event(row.finished_at),
+    }
+    if row.summary:
+        view.update(
+            count=row.count,
+            first=format_instant(row.scheduled_at),
+            last=format_instant(row.last_at),
+        )
+    return view
+
+
+def pending_view(schedule_id: str, at: int, why: str, revision: int) -> dict[str, Any]:
+    """The held candidate, synthesized at the top of the first history page."""
+    return {
+        "occurrence_id": occurrence_id(schedule_id, at),
+        "schedule_id": schedule_id,
+        "scheduled_at": format_instant(at),
+        "state": "pending",
+        "reason": {
+            "misfire": "misfire catch-up",
+            "capacity": "waiting for capacity",
+            "queued": "queued behind a run",
+        }.get(why, why),
+        "revision": revision,
+        "run_id": None,
+        "admitted_at": None,
+        "started_at": None,
+        "finished_at": None,
+    }
+
+
+def attempt_view(row: AttemptRow) -> dict[str, Any]:
+    return {
+        "attempt": row.attempt,
+        "state": row.state,
+        "started_at": format_event(row.started_at),
+        "finished_at": format_event(row.finished_at),
+        "exit_code": row.exit_code,
+        "reason": row.reason,
+    }
+
+
+def run_view(row: RunRow, attempts: list[AttemptRow]) -> dict[str, Any]:
+    invocation = json.loads(row.invocation)
+    return {
+        "run_id": row.run_id,
+        "schedule_id": row.schedule_id,
+        "occurrence_id": occurrence_id(row.schedule_id, row.scheduled_at)
+        if row.kind == "scheduled"
+        else None,
+        "kind": row.kind,
+        "state": row.state,
+        "reason": row.reason,
+        "exit_code": row.exit_code,
+        "revision": row.revision,
+        "scheduled_at": format_instant(row.scheduled_at),
+        "admitted_at": format_event(row.admitted_at),
+        "started_at": format_event(row.started_at),
+        "finished_at": format_event(row.finished_at),
+        "invocation": {
+            "command": invocation["command"],
+            "cwd": invocation["cwd"],
+            "env": invocation["env"],
+            "input": invocation["input"],
+            "timeout": invocation["timeout"],
+        },
+        "attempts": [attempt_view(attempt) for attempt in attempts],
+    }
