@@ -65,7 +65,7 @@ def parse_instant(text: str) -> int:
     return int(moment.timestamp() // 1)
 
 
-_DURATION = re.compile(r"^(\d+)([smhd])$")
+_DURATION = re.compile(r"^([0-9]+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

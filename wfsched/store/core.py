@@ -236,6 +236,7 @@ class Store:
         rows = self._conn.execute(
             f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_due <= ?"
             f" UNION SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE candidate_at IS NOT NULL"
+            " AND blocked_reason IS NULL AND paused = 0 AND deleted_at IS NULL"
             " ORDER BY id LIMIT ?",
             (now, limit),
         )

@@ -1,0 +1,223 @@
+"""`wfsched runs ...` and `wfsched trigger`: inspect runs and ask the
+supervisor to start, resume or cancel them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from wfsched.cli import CliState, pass_state
+from wfsched.cli.output import add_row, print_json, say, show, table
+from wfsched.errors import NotFoundError, OperationError, UsageError
+
+if TYPE_CHECKING:
+    from wfsched.runs import Runs
+
+ANSWER_WAIT = 5.0
+"""Seconds a request waits for a running supervisor's answer (it polls every 1 s)."""
+
+
+def _runs(state: CliState) -> Runs:
+    from wfsched.runs import Runs
+
+    store = state.store(create=False)
+    if store is None:
+        raise NotFoundError(f"no store at {state.resolved_store_path()}")
+    return Runs(store, clock=state.clock)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--schedule", "schedule_id", metavar="ID", help="Only runs of this schedule.")
+@click.option("--status", metavar="STATE", help="admitted|running|interrupted|completed|failed")
+@click.option("--limit", type=int, default=20, show_default=True, help="Rows per page (1..100).")
+@click.option("--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def runs(
+    ctx: click.Context,
+    schedule_id: str | None,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """Runs, newest first (`runs` alone lists them too)."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(
+            list_runs,
+            schedule_id=schedule_id,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+            as_json=as_json,
+        )
+
+
+@runs.command("list")
+@click.option("--schedule", "schedule_id", metavar="ID", help="Only runs of this schedule.")
+@click.option("--status", metavar="STATE", help="admitted|running|interrupted|completed|failed")
+@click.option("--limit", type=int, default=20, show_default=True, help="Rows per page (1..100).")
+@click.option("--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def list_runs(
+    state: CliState,
+    schedule_id: str | None,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """Runs, newest first."""
+    items, next_cursor = _runs(state).list(
+        schedule_id=schedule_id, status=status, limit=limit, cursor=cursor
+    )
+    if as_json:
+        print_json({"items": items, "next_cursor": next_cursor})
+        return
+    grid = table("run", "schedule", "kind", "state", "scheduled (UTC)", "started", "exit", "reason")
+    for item in items:
+        add_row(
+            grid,
+            item["run_id"],
+            item["schedule_id"],
+            item["kind"],
+            item["state"],
+            item["scheduled_at"],
+            item["started_at"],
+            item["exit_code"],
+            item["reason"],
+        )
+    show(state.get_console(), grid)
+    if next_cursor:
+        say(f"next page: wfsched runs --page {next_cursor}")
+
+
+@runs.command("show")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def show_run(state: CliState, run: str, as_json: bool) -> None:
+    """One run: its frozen invocation, attempts and reasons."""
+    view = _runs(state).show(run)
+    if as_json:
+        print_json(view)
+        return
+    grid = table("field", "value", title=view["run_id"])
+    for key in ("schedule_id", "occurrence_id", "kind", "state", "reason", "exit_code"):
+        add_row(grid, key, view[key])
+    for key in ("revision", "scheduled_at", "admitted_at", "started_at", "finished_at"):
+        add_row(grid, key, view[key])
+    for key, value in view["invocation"].items():
+        add_row(grid, f"invocation.{key}", value)
+    show(state.get_console(), grid)
+    if view["attempts"]:
+        attempts = table("attempt", "state", "started", "finished", "exit", "reason")
+        for attempt in view["attempts"]:
+            add_row(attempts, *attempt.values())
+        show(state.get_console(), attempts)
+    else:
+        say("not started yet: no attempts, no output")
+
+
+@runs.command("logs")
+@click.argument("run")
+@click.option("--stderr", is_flag=True, help="Show stderr instead of stdout.")
+@click.option("--attempt", type=int, help="Attempt number (default: the latest).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the attempt ends.")
+@pass_state
+def logs(state: CliState, run: str, stderr: bool, attempt: int | None, follow: bool) -> None:
+    """Print a run's log."""
+    api = _runs(state)
+    path = api.log_file(run, attempt=attempt, stderr=stderr)
+    out = sys.stdout.buffer
+    if not path.exists():
+        raise NotFoundError(f"{path}: no log written (yet)")
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(65536)
+            if chunk:
+                out.write(chunk)
+                out.flush()
+                continue
+            if not follow or not api.attempt_running(run, attempt):
+                rest = handle.read()
+                out.write(rest)
+                out.flush()
+                return
+            time.sleep(0.2)
+
+
+@runs.command("resume")
+@click.argument("run")
+@click.option(
+    "--input",
+    "input_file",
+    type=click.File("r"),
+    help="JSON for the new attempt (WFSCHED_RESUME_INPUT and its stdin).",
+)
+@pass_state
+def resume(state: CliState, run: str, input_file: Any) -> None:
+    """Ask the supervisor to resume an interrupted run (attempt N+1)."""
+    document = None
+    if input_file is not None:
+        try:
+            document = json.load(input_file)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--input {input_file.name}: not JSON: {exc}") from None
+    api = _runs(state)
+    _report(api, api.request_resume(run, document), "resume")
+
+
+@runs.command("cancel")
+@click.argument("run")
+@pass_state
+def cancel(state: CliState, run: str) -> None:
+    """Terminate a run's process group (SIGTERM, kill_grace, SIGKILL)."""
+    api = _runs(state)
+    outcome = api.request_cancel(run)
+    if isinstance(outcome, str):
+        say(outcome)
+        return
+    _report(api, outcome, "cancel")
+
+
+@click.command()
+@click.argument("schedule_id", metavar="ID")
+@pass_state
+def trigger(state: CliState, schedule_id: str) -> None:
+    """Start a manual run of the schedule's current definition now.
+
+    Bypasses overlap and capacity; works while paused; refused when deleted.
+    """
+    api = _runs(state)
+    _report(api, api.request_trigger(schedule_id), "trigger")
+
+
+def _report(api: Runs, request_seq: int, what: str) -> None:
+    pid = api.supervisor_pid()
+    if pid is None:
+        say(
+            f"{what} request {request_seq} recorded; no supervisor is running, so it waits"
+            " until `wfsched supervise` starts"
+        )
+        return
+    answer = api.wait(request_seq, ANSWER_WAIT)
+    if answer.state == "pending":
+        say(
+            f"{what} request {request_seq} recorded; the supervisor (pid {pid})"
+            " has not answered yet"
+        )
+    elif answer.state == "refused":
+        raise OperationError(f"{what} refused: {answer.result}")
+    else:
+        say(answer.result or "done")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(runs)
+    group.add_command(trigger)

@@ -1,0 +1,88 @@
+"""`wfsched supervise`: the daemon in the foreground (for a service manager)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from wfsched.cli import CliState, pass_state
+
+if TYPE_CHECKING:
+    from wfsched.eventlog import EventLog
+
+
+@click.command()
+@click.option("--poll-interval", type=float, help="Seconds between polls when nothing is due. [1]")
+@click.option("--max-concurrent-runs", type=int, help="Scheduled runs executing at once. [4]")
+@click.option(
+    "--drain-grace", type=float, help="Seconds SIGTERM waits for runs before cancelling. [30]"
+)
+@click.option(
+    "--apply",
+    "apply_dir",
+    metavar="DIR",
+    help="Apply the definitions in DIR before starting (for ExecStart=).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["human", "json"]),
+    default="human",
+    show_default=True,
+    help="One line per event on stderr.",
+)
+@pass_state
+def supervise(
+    state: CliState,
+    poll_interval: float | None,
+    max_concurrent_runs: int | None,
+    drain_grace: float | None,
+    apply_dir: str | None,
+    log_format: str,
+) -> None:
+    """Run the supervisor: admit due occurrences, launch and watch runs.
+
+    Takes the store's supervisor.lock (a second supervisor exits 4), recovers
+    what a previous one left, then runs until SIGTERM/SIGINT, when it drains.
+    Settings come from <store>/config.toml, overridden by these flags.
+    """
+    from wfsched.config import load_config
+    from wfsched.eventlog import EventLog
+    from wfsched.faults import kill_at, no_fault
+    from wfsched.supervisor import run_supervisor
+
+    root = state.resolved_store_path()
+    config = load_config(
+        root,
+        {
+            "poll_interval": poll_interval,
+            "max_concurrent_runs": max_concurrent_runs,
+            "drain_grace": drain_grace,
+        },
+    )
+    log = EventLog(log_format, clock=state.clock)
+    if apply_dir is not None:
+        _apply(root, apply_dir, state, log)
+    # Test-only hook (the crash tests): kill ourselves at a named boundary.
+    spec = os.environ.get("WFSCHED_FAULT")
+    fault = kill_at(spec) if spec else no_fault
+    run_supervisor(root, config, clock=state.clock, fault=fault, log=log)
+
+
+def _apply(root: Path, apply_dir: str, state: CliState, log: EventLog) -> None:
+    """Apply on a short-lived connection, closed before the fork server starts."""
+    from wfsched.admin import Admin
+    from wfsched.store import Store
+
+    store = Store(root)
+    try:
+        for action in Admin(store, state.clock).apply([apply_dir]):
+            log("applied", schedule=action.schedule_id, action=action.action)
+    finally:
+        store.close()
+
+
+def register(group: click.Group) -> None:
+    group.add_command(supervise)

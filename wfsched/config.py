@@ -1,0 +1,73 @@
+"""Supervisor settings: `<store>/config.toml`, overridden by flags.
+
+Invalid values are refused at start with the file and key named, like a
+definition error, so a typo never silently becomes a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from wfsched.errors import DefinitionError
+from wfsched.supervisor import SupervisorConfig
+from wfsched.timeutil import parse_duration
+
+CONFIG_NAME = "config.toml"
+
+
+@dataclass(frozen=True)
+class _Key:
+    kind: str  # "seconds" | "count"
+    minimum: float
+
+
+_KEYS = {
+    "poll_interval": _Key("seconds", 0.01),
+    "max_concurrent_runs": _Key("count", 1),
+    "drain_grace": _Key("seconds", 0),
+    "max_admissions_per_tick": _Key("count", 1),
+}
+
+
+def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig:
+    """Defaults, then config.toml, then the flags that were given."""
+    path = store_root / CONFIG_NAME
+    values: dict[str, Any] = {}
+    if path.exists():
+        source = str(path)
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise DefinitionError(source, "", f"cannot read: {exc}") from None
+        unknown = sorted(set(document) - set(_KEYS))
+        if unknown:
+            raise DefinitionError(
+                source, unknown[0], f"unknown setting; valid: {', '.join(sorted(_KEYS))}"
+            )
+        for key, raw in document.items():
+            values[key] = _value(source, key, raw)
+    for key, raw in overrides.items():
+        if raw is not None:
+            values[key] = _value("command line", f"--{key.replace('_', '-')}", raw, flag=key)
+    known = {field.name for field in fields(SupervisorConfig)}
+    return replace(SupervisorConfig(), **{k: v for k, v in values.items() if k in known})
+
+
+def _value(source: str, key: str, raw: Any, flag: str | None = None) -> float | int:
+    spec = _KEYS[flag or key]
+    if isinstance(raw, bool):
+        raise DefinitionError(source, key, "must be a number")
+    if spec.kind == "count":
+        if not isinstance(raw, int) or raw < spec.minimum:
+            raise DefinitionError(source, key, f"must be an integer >= {spec.minimum:g}")
+        return raw
+    try:
+        value = float(raw) if isinstance(raw, float) else float(parse_duration(raw))
+    except ValueError as exc:
+        raise DefinitionError(source, key, str(exc)) from None
+    if value < spec.minimum:
+        raise DefinitionError(source, key, f"must be at least {spec.minimum:g} seconds")
+    return value

@@ -1,0 +1,789 @@
+"""`wfsched supervise`: owns the store, admits due occurrences, launches and
+watches runs, recovers after crashes, drains on SIGTERM (DESIGN 4, 5, 6).
+
+The loop gathers state from the store, asks `wfsched.decisions` what to do,
+persists that in one transaction, and only then acts (run directories,
+launches). Every process operation goes through a `ProcessControl`, so the
+loop can be driven in tests with a fake launcher and an injected clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from wfsched.admin import Admin, record_entries
+from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for
+from wfsched.decisions import Candidate, Decision, ScheduleView, decide
+from wfsched.errors import WfschedError
+from wfsched.eventlog import EventLog
+from wfsched.faults import FaultHook, no_fault
+from wfsched.inputs import resolve_input
+from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle
+from wfsched.model import Definition
+from wfsched.ownership import Ownership
+from wfsched.preflight import preflight
+from wfsched.rundirs import RunDir
+from wfsched.sdnotify import Notifier
+from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, Store, run_id
+from wfsched.timeutil import Clock, format_instant, occurrence_id, wall_clock
+
+ABANDONED = (
+    "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
+    " may have started, so external effects may already have happened. Not retried"
+)
+_PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    poll_interval: float = 1.0
+    max_concurrent_runs: int = 4
+    drain_grace: float = 30.0
+    max_admissions_per_tick: int = 1000
+
+
+class ProcessControl(Protocol):
+    """What the supervisor needs from process handling (wfsched.launcher)."""
+
+    def start(self) -> None: ...
+    def spawn(self, spec: LaunchSpec) -> ShimHandle: ...
+    def fileno(self) -> int: ...
+    def drain_exits(self) -> list[int]: ...
+    def alive(self, handle: ShimHandle) -> bool: ...
+    def cancel(self, handle: ShimHandle) -> bool: ...
+    def read_exit(self, attempt_dir: str) -> ExitRecord | None: ...
+    def read_shim(self, attempt_dir: str) -> ShimHandle | None: ...
+    def stop(self) -> None: ...
+
+
+class ForkServerControl:
+    """The production ProcessControl: the warm fork server in wfsched.launcher."""
+
+    def __init__(self) -> None:
+        from wfsched import launcher
+
+        self._module = launcher
+        self._launcher = launcher.Launcher()
+
+    def start(self) -> None:
+        self._launcher.start()
+
+    def spawn(self, spec: LaunchSpec) -> ShimHandle:
+        return self._launcher.spawn(spec)
+
+    def fileno(self) -> int:
+        return self._launcher.fileno()
+
+    def drain_exits(self) -> list[int]:
+        return self._launcher.drain_exits()
+
+    def alive(self, handle: ShimHandle) -> bool:
+        return self._module.shim_alive(handle)
+
+    def cancel(self, handle: ShimHandle) -> bool:
+        return self._module.cancel_shim(handle)
+
+    def read_exit(self, attempt_dir: str) -> ExitRecord | None:
+        return self._module.read_exit_record(attempt_dir)
+
+    def read_shim(self, attempt_dir: str) -> ShimHandle | None:
+        return self._module.read_shim_record(attempt_dir)
+
+    def stop(self) -> None:
+        self._launcher.stop()
+
+
+@dataclass
+class Watch:
+    """An attempt whose shim we are waiting on."""
+
+    run_seq: int
+    schedule_id: str
+    attempt: int
+    attempt_dir: Path
+    handle: ShimHandle | None
+    adopted: bool
+    cancel_reason: str | None = None
+
+
+class Supervisor:
+    def __init__(
+        self,
+        store: Store,
+        config: SupervisorConfig,
+        control: ProcessControl,
+        *,
+        clock: Clock = wall_clock,
+        fault: FaultHook = no_fault,
+        log: Callable[..., None] | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.control = control
+        self.clock = clock
+        self.fault = fault
+        self.log = log or EventLog()
+        self.notifier = notifier or Notifier("")
+        self.admin = Admin(store, clock)
+        self.watches: dict[int, Watch] = {}
+        self._pids: dict[int, int] = {}
+        self._calendars: dict[tuple[str, int], CronCalendar | OneShotCalendar] = {}
+        self._round_robin_after = ""
+        self._startup = True
+        self.draining = False
+        self.stop_requested = False
+        self.wake_now = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def announce(self) -> None:
+        now = self.clock()
+        with self.store.atomic():
+            self.store.set_meta(
+                pid=str(os.getpid()),
+                started_at=repr(now),
+                last_tick_at=repr(now),
+                poll_interval=repr(self.config.poll_interval),
+                max_concurrent_runs=str(self.config.max_concurrent_runs),
+            )
+
+    def serve(self) -> None:
+        """Recover, then tick until asked to stop, then drain."""
+        self.announce()
+        self.recover()
+        self.notifier.send("READY=1", "STATUS=supervising")
+        self.log("started", pid=os.getpid(), store=str(self.store.root))
+        selector = self._selector()
+        watchdog_due = time.monotonic()
+        while not self.stop_requested:
+            self.tick()
+            if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
+                self.notifier.send("WATCHDOG=1")
+                watchdog_due = time.monotonic() + self.notifier.watchdog_interval
+            self._wait(selector, self._sleep_seconds())
+        self.drain(selector)
+        selector.close()
+
+    def request_stop(self, *_: Any) -> None:
+        """Signal handler: only sets the flag; the loop does the work."""
+        self.stop_requested = True
+
+    def _selector(self) -> selectors.BaseSelector:
+        selector = selectors.DefaultSelector()
+        selector.register(self.control.fileno(), selectors.EVENT_READ)
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        selector.register(read_end, selectors.EVENT_READ)
+        self._wakeup_read = read_end
+        return selector
+
+    def _wait(self, selector: selectors.BaseSelector, timeout: float) -> None:
+        if self.stop_requested or timeout <= 0:
+            return
+        for key, _ in selector.select(timeout):
+            if key.fd == getattr(self, "_wakeup_read", -1):
+                with contextlib.suppress(BlockingIOError):
+                    os.read(key.fd, 512)
+
+    def _sleep_seconds(self) -> float:
+        """Until the next due instant, capped by the poll interval."""
+        if self.wake_now:
+            self.wake_now = False
+            return 0.0
+        timeout = self.config.poll_interval
+        earliest = self.store.earliest_next_due()
+        if earliest is not None:
+            timeout = min(timeout, earliest - self.clock())
+        return max(0.0, timeout)
+
+    # -- one tick -------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self.clock()
+        self.ingest_exits()
+        self.handle_requests()
+        if not self.draining:
+            self.launch_admitted()
+            self.admit_due(now)
+        with self.store.atomic():
+            self.store.set_meta(last_tick_at=repr(self.clock()))
+        self._startup = False
+
+    def admit_due(self, now: float) -> None:
+        """Decide every due schedule in one transaction, then launch."""
+        admitted: list[int] = []
+        instant_now = int(now)
+        with self.store.atomic():
+            capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
+            budget = self.config.max_admissions_per_tick
+            rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
+            active = self.store.active_run_counts([row.id for row in rows])
+            for row in rows:
+                if budget <= 0:
+                    self.wake_now = True
+                    break
+                runs = self._decide_one(row, now, active.get(row.id, 0), capacity_left, budget)
+                admitted.extend(runs)
+                capacity_left -= len(runs)
+                budget -= len(runs)
+            self.fault("before-admission-commit")
+        self.fault("after-admission-commit")
+        self.launch(admitted)
+
+    def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:
+        """Round-robin: start after the schedule admitted last, for fairness
+        when capacity is scarce."""
+        after = [row for row in rows if row.id > self._round_robin_after]
+        return after + [row for row in rows if row.id <= self._round_robin_after]
+
+    def _decide_one(
+        self, row: ScheduleRow, now: float, active: int, capacity_left: int, budget: int
+    ) -> list[int]:
+        try:
+            with self.store.atomic():
+                defn = self.admin.definition(row)
+                view = ScheduleView(
+                    row.id,
+                    row.consumed_through,
+                    Candidate(row.candidate_at, row.candidate_why)
+                    if row.candidate_at is not None and row.candidate_why
+                    else None,
+                    defn.policy.overlap,
+                    defn.policy.max_active_runs,
+                    defn.policy.misfire,
+                    defn.policy.lateness,
+                )
+                decision = decide(
+                    view,
+                    self._calendar(row, defn),
+                    int(now),
+                    active=active,
+                    capacity_left=min(capacity_left, budget),
+                    startup=self._startup,
+                )
+                return self._persist(row, defn, decision, now)
+        except (WfschedError, ValueError, KeyError, TypeError) as exc:
+            self.block(row.id, f"cannot decide: {exc}")
+            return []
+
+    def _persist(
+        self, row: ScheduleRow, defn: Definition, decision: Decision, now: float
+    ) -> list[int]:
+        record_entries(self.store, row.id, row.revision, decision.entries, now)
+        for entry in decision.entries:
+            self.log(entry.state, schedule=row.id, at=format_instant(entry.at), reason=entry.reason)
+        admitted = []
+        for instant, _why in decision.admit:
+            seq = self._admit(row, defn, instant, now)
+            if seq is not None:
+                admitted.append(seq)
+        if decision.blocked:
+            self.log("blocked", schedule=row.id, reason=decision.blocked)
+        self.store.update_schedule(
+            row.id,
+            consumed_through=decision.consumed_through,
+            candidate_at=decision.candidate.at if decision.candidate else None,
+            candidate_why=decision.candidate.why if decision.candidate else None,
+            next_due=decision.next_due,
+            exhausted=int(decision.exhausted),
+            blocked_reason=decision.blocked,
+        )
+        if admitted:
+            self._round_robin_after = row.id
+        return admitted
+
+    def _admit(self, row: ScheduleRow, defn: Definition, instant: int, now: float) -> int | None:
+        """Freeze the invocation and write the run and its admitted row, or
+        record preflight-rejected: no run is invented for a rejected start."""
+        reason, document = self._resolve(defn, row.id, occurrence_id(row.id, instant), instant)
+        if reason is None:
+            reason = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
+        if reason is not None:
+            self.store.insert_occurrence(
+                row.id, instant, "preflight-rejected", row.revision, now, reason=reason
+            )
+            self.log(
+                "preflight-rejected", schedule=row.id, at=format_instant(instant), reason=reason
+            )
+            return None
+        seq = self.store.insert_run(
+            row.id, "scheduled", instant, row.revision, _invocation(defn, document), now
+        )
+        self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
+        self.log("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
+        return seq
+
+    @staticmethod
+    def _resolve(
+        defn: Definition, schedule_id: str, occurrence: str, instant: int
+    ) -> tuple[str | None, Any]:
+        try:
+            document = resolve_input(
+                defn.inputs,
+                schedule_id=schedule_id,
+                occurrence_id=occurrence,
+                scheduled_at=format_instant(instant) or "",
+            )
+        except WfschedError as exc:
+            return f"input: {exc}", None
+        return None, document
+
+    def _calendar(self, row: ScheduleRow, defn: Definition) -> CronCalendar | OneShotCalendar:
+        key = (row.id, row.revision)
+        cal = self._calendars.get(key)
+        if cal is None:
+            cal = self._calendars[key] = calendar_for(defn.trigger)
+        return cal
+
+    def block(self, schedule_id: str, reason: str) -> None:
+        """Fail closed: stop admitting for this schedule, visibly, until an
+        operator resumes it. Never silently cleared."""
+        with self.store.atomic():
+            self.store.update_schedule(schedule_id, blocked_reason=reason, next_due=None)
+        self.log("blocked", schedule=schedule_id, reason=reason)
+
+    # -- launching ------------------------------------------------------------------
+
+    def launch_admitted(self) -> None:
+        """Admitted runs not yet launched (left by recovery): through capacity,
+        except manual runs, which bypass it."""
+        pending = [run for run in self.store.unfinished_runs() if run.state == "admitted"]
+        if not pending:
+            return
+        running = self.store.run_state_counts().get("running", 0)
+        room = self.config.max_concurrent_runs - running
+        chosen = []
+        for run in pending:
+            if run.kind == "manual":
+                chosen.append(run.seq)
+            elif room > 0 and self._schedule_usable(run.schedule_id):
+                chosen.append(run.seq)
+                room -= 1
+        self.launch(chosen)
+
+    def _schedule_usable(self, schedule_id: str) -> bool:
+        row = self.store.get_schedule(schedule_id)
+        return row is not None and not row.blocked_reason
+
+    def launch(self, seqs: list[int], attempt: int = 1, resume_input: Any = None) -> None:
+        """Run directory, then the durable attempt mark, then the shim."""
+        if not seqs:
+            return
+        runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
+        prepared: list[tuple[RunRow, dict[str, Any], RunDir]] = []
+        for run in runs:
+            invocation = json.loads(run.invocation)
+            rundir = RunDir(self.store.runs_dir, run.run_id)
+            rundir.prepare(invocation["input"])
+            rundir.prepare_attempt(attempt, resume_input)
+            prepared.append((run, invocation, rundir))
+        self.fault("after-run-dir")
+        started = self.clock()
+        with self.store.atomic():
+            for run, _, _ in prepared:
+                self.store.insert_attempt(run.seq, attempt, started)
+                self.store.update_run(
+                    run.seq, state="running", started_at=run.started_at or started, attempt=attempt
+                )
+        self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
+        handles: list[tuple[int, ShimHandle]] = []
+        for run, invocation, rundir in prepared:
+            spec = self._spec(run, invocation, rundir, attempt, resume_input is not None)
+            try:
+                handle = self.control.spawn(spec)
+            except OSError as exc:
+                self._finish_unlaunched(run, attempt, f"could not start the shim: {exc}")
+                continue
+            attempt_dir = Path(spec.attempt_dir)
+            self._watch(Watch(run.seq, run.schedule_id, attempt, attempt_dir, handle, False))
+            handles.append((run.seq, handle))
+            self.log("started", run=run.run_id, schedule=run.schedule_id, attempt=attempt)
+        with self.store.atomic():
+            for seq, handle in handles:
+                self.store.update_attempt(
+                    seq, attempt, shim_pid=handle.pid, shim_start_time=handle.start_time
+                )
+        self.fault("after-spawn")
+
+    def _spec(
+        self,
+        run: RunRow,
+        invocation: dict[str, Any],
+        rundir: RunDir,
+        attempt: int,
+        resumed: bool,
+    ) -> LaunchSpec:
+        env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
+        env.update(invocation["env"])
+        env.update(
+            WFSCHED_SCHEDULE_ID=run.schedule_id,
+            WFSCHED_OCCURRENCE_ID=occurrence_id(run.schedule_id, run.scheduled_at)
+            if run.kind == "scheduled"
+            else "",
+            WFSCHED_SCHEDULED_AT=format_instant(run.scheduled_at) or "",
+            WFSCHED_RUN_ID=run.run_id,
+            WFSCHED_ATTEMPT=str(attempt),
+            WFSCHED_RUN_DIR=str(rundir.path),
+            WFSCHED_STATE_DIR=str(rundir.state_dir),
+            WFSCHED_INPUT=str(rundir.input_path),
+        )
+        stdin = rundir.input_path
+        if resumed:
+            stdin = rundir.resume_input_path(attempt)
+            env["WFSCHED_RESUME_INPUT"] = str(stdin)
+        return LaunchSpec(
+            run_id=run.run_id,
+            attempt=attempt,
+            argv=tuple(invocation["command"]),
+            cwd=invocation["cwd"],
+            env=env,
+            stdin_path=str(stdin),
+            attempt_dir=str(rundir.attempt_dir(attempt)),
+            timeout=invocation["timeout"],
+            kill_grace=invocation["kill_grace"],
+        )
+
+    def _watch(self, watch: Watch) -> None:
+        self.watches[watch.run_seq] = watch
+        if watch.handle is not None:
+            self._pids[watch.handle.pid] = watch.run_seq
+
+    def _unwatch(self, seq: int) -> None:
+        watch = self.watches.pop(seq, None)
+        if watch is not None and watch.handle is not None:
+            self._pids.pop(watch.handle.pid, None)
+
+    def _finish_unlaunched(self, run: RunRow, attempt: int, reason: str) -> None:
+        now = self.clock()
+        with self.store.atomic():
+            self.store.update_attempt(
+                run.seq, attempt, state="failed", finished_at=now, reason=reason
+            )
+            self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+        self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
+
+    # -- exits --------------------------------------------------------------------
+
+    def ingest_exits(self) -> None:
+        """Exit records of shims the fork server reaped, plus a look at every
+        adopted shim (not our grandchild, so nobody reports its end)."""
+        reaped = {self._pids[pid] for pid in self.control.drain_exits() if pid in self._pids}
+        for seq, watch in list(self.watches.items()):
+            if seq not in reaped and not watch.adopted:
+                continue
+            try:
+                record = self.control.read_exit(str(watch.attempt_dir))
+            except ValueError as exc:
+                self._conclude(watch, None, f"unreadable exit record: {exc}")
+                self.block(watch.schedule_id, f"{run_id(seq)}: unreadable exit record: {exc}")
+                continue
+            if record is not None:
+                self.fault("before-ingest")
+                self._conclude(watch, record, None)
+                self.fault("after-ingest")
+            elif seq in reaped or not self._alive(watch):
+                self._conclude(watch, None, ABANDONED)
+
+    def _alive(self, watch: Watch) -> bool:
+        return watch.handle is not None and self.control.alive(watch.handle)
+
+    def _conclude(self, watch: Watch, record: ExitRecord | None, failure: str | None) -> None:
+        """Record how an attempt ended: one transaction for attempt and run."""
+        run = self.store.get_run(watch.run_seq)
+        if run is None:
+            self._unwatch(watch.run_seq)
+            return
+        invocation = json.loads(run.invocation)
+        now = self.clock()
+        exit_code: int | None = None
+        finished = now
+        if record is not None and record.attempt != watch.attempt:
+            state = "failed"
+            reason = (
+                f"ambiguous: exit record of attempt {record.attempt} under active attempt"
+                f" {watch.attempt}; not retried"
+            )
+        elif record is not None:
+            exit_code, finished = record.exit_code, record.finished_at
+            state, reason = _outcome(record, invocation.get("interrupt_exit_code"))
+            if state == "failed" and record.outcome == "cancelled" and watch.cancel_reason:
+                reason = watch.cancel_reason
+        else:
+            state, reason = "failed", failure
+        with self.store.atomic():
+            self.store.update_attempt(
+                run.seq,
+                watch.attempt,
+                state=state,
+                finished_at=finished,
+                exit_code=exit_code,
+                reason=reason,
+            )
+            self.store.update_run(
+                run.seq,
+                state=state,
+                reason=reason,
+                exit_code=exit_code,
+                finished_at=None if state == "interrupted" else finished,
+            )
+        self._unwatch(watch.run_seq)
+        self.wake_now = True
+        self.log(
+            state, run=run.run_id, schedule=run.schedule_id, exit_code=exit_code, reason=reason
+        )
+
+    # -- requests from the CLI ------------------------------------------------------
+
+    def handle_requests(self) -> None:
+        for request in self.store.pending_requests():
+            handler = {
+                "trigger": self._trigger,
+                "resume": self._resume,
+                "cancel": self._cancel,
+            }[request.kind]
+            handler(request)
+
+    def _answer(self, request: RequestRow, state: str, result: str) -> None:
+        with self.store.atomic():
+            self.store.finish_request(request.seq, state, result, self.clock())
+
+    def _trigger(self, request: RequestRow) -> None:
+        if self.draining:
+            self._answer(request, "refused", "the supervisor is shutting down; trigger again")
+            return
+        now = self.clock()
+        with self.store.atomic():
+            row = self.store.get_schedule(request.schedule_id or "")
+            if row is None or row.deleted_at is not None:
+                self.store.finish_request(
+                    request.seq, "refused", f"schedule {request.schedule_id!r} is deleted", now
+                )
+                return
+            defn = self.admin.definition(row)
+            instant = int(request.created_at)
+            reason, document = self._resolve(defn, row.id, "", instant)
+            if reason is None:
+                env = {**os.environ, **dict(defn.run.env)}
+                reason = preflight(defn.run.command, defn.run.cwd, env)
+            if reason is not None:
+                self.store.finish_request(request.seq, "refused", reason, now)
+                return
+            seq = self.store.insert_run(
+                row.id, "manual", instant, row.revision, _invocation(defn, document), now
+            )
+            self.store.finish_request(request.seq, "done", run_id(seq), now)
+        self.log("admitted", schedule=row.id, run=run_id(seq), kind="manual")
+        self.launch([seq])
+
+    def _resume(self, request: RequestRow) -> None:
+        run = self.store.get_run(request.run_seq or 0)
+        if run is None or run.state != "interrupted":
+            state = run.state if run else "missing"
+            self._answer(request, "refused", f"run is {state}, not interrupted")
+            return
+        if self.draining:
+            self._answer(request, "refused", "the supervisor is shutting down; resume later")
+            return
+        executing = self.store.executing_count()
+        if run.kind == "scheduled" and executing >= self.config.max_concurrent_runs:
+            self._answer(
+                request,
+                "refused",
+                f"no execution slot free ({executing}/{self.config.max_concurrent_runs}"
+                " executing); try again when a run finishes",
+            )
+            return
+        payload = json.loads(request.payload) if request.payload else None
+        self._answer(request, "done", f"{run.run_id} attempt {run.attempt + 1}")
+        self.launch([run.seq], attempt=run.attempt + 1, resume_input=payload)
+
+    def _cancel(self, request: RequestRow) -> None:
+        run = self.store.get_run(request.run_seq or 0)
+        if run is None:
+            self._answer(request, "refused", "no such run")
+            return
+        if run.state in ("completed", "failed"):
+            self._answer(request, "done", f"{run.run_id} had already finished ({run.state})")
+            return
+        watch = self.watches.get(run.seq)
+        if run.state == "running" and watch is not None and watch.handle is not None:
+            watch.cancel_reason = "cancelled"
+            self.control.cancel(watch.handle)
+            self._answer(request, "done", f"{run.run_id} cancelling")
+            return
+        now = self.clock()
+        with self.store.atomic():
+            if run.attempt:
+                self.store.update_attempt(
+                    run.seq, run.attempt, state="failed", finished_at=now, reason="cancelled"
+                )
+            self.store.update_run(run.seq, state="failed", reason="cancelled", finished_at=now)
+            self.store.finish_request(request.seq, "done", f"{run.run_id} cancelled", now)
+        self.log("failed", run=run.run_id, schedule=run.schedule_id, reason="cancelled")
+
+    # -- recovery and drain -----------------------------------------------------------
+
+    def recover(self) -> None:
+        """Under the lock, before the first tick; never executes anything."""
+        for run in self.store.unfinished_runs():
+            if run.kind == "scheduled" and self.store.occurrence_for_run(run.seq) is None:
+                self.block(run.schedule_id, f"{run.run_id} has no admission record")
+                continue
+            if run.state == "admitted":
+                if run.attempt:
+                    self.block(run.schedule_id, f"{run.run_id} is admitted but has attempts")
+                continue
+            if run.state == "interrupted":
+                continue
+            self._recover_running(run)
+
+    def _recover_running(self, run: RunRow) -> None:
+        attempt = self.store.get_attempt(run.seq, run.attempt)
+        if attempt is None or attempt.state != "running":
+            self.block(run.schedule_id, f"{run.run_id} is running without a running attempt record")
+            return
+        attempt_dir = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
+        handle = (
+            ShimHandle(attempt.shim_pid, attempt.shim_start_time)
+            if attempt.shim_pid is not None and attempt.shim_start_time is not None
+            else None
+        )
+        try:
+            handle = handle or self.control.read_shim(str(attempt_dir))
+        except ValueError:
+            handle = None
+        watch = Watch(run.seq, run.schedule_id, run.attempt, attempt_dir, handle, True)
+        try:
+            record = self.control.read_exit(str(attempt_dir))
+        except ValueError as exc:
+            self._conclude(watch, None, f"unreadable exit record: {exc}")
+            self.block(run.schedule_id, f"{run.run_id}: unreadable exit record: {exc}")
+            return
+        if record is not None:
+            self._conclude(watch, record, None)
+            self.log("recovered", run=run.run_id, outcome=record.outcome)
+        elif handle is not None and self.control.alive(handle):
+            self._watch(watch)
+            self.log("re-adopted", run=run.run_id, pid=handle.pid)
+        else:
+            self._conclude(watch, None, ABANDONED)
+
+    def drain(self, selector: selectors.BaseSelector | None = None) -> None:
+        """Stop admitting, let executing runs finish within drain_grace, then
+        cancel what is left and record it."""
+        self.draining = True
+        self.notifier.send("STOPPING=1", "STATUS=draining")
+        self.log("draining", executing=len(self.watches))
+        self._wait_for_watches(self.config.drain_grace, selector)
+        if self.watches:
+            longest_grace = 0
+            for watch in self.watches.values():
+                watch.cancel_reason = (
+                    f"cancelled: the supervisor shut down and drain_grace"
+                    f" ({self.config.drain_grace:g}s) expired"
+                )
+                if watch.handle is not None:
+                    self.control.cancel(watch.handle)
+                run = self.store.get_run(watch.run_seq)
+                if run is not None:
+                    longest_grace = max(longest_grace, json.loads(run.invocation)["kill_grace"])
+            self._wait_for_watches(longest_grace + 5, selector)
+        self.log("drained", left=len(self.watches))
+
+    def _wait_for_watches(self, seconds: float, selector: selectors.BaseSelector | None) -> None:
+        deadline = time.monotonic() + seconds
+        while self.watches:
+            self.ingest_exits()
+            self.handle_requests()
+            remaining = deadline - time.monotonic()
+            if not self.watches or remaining <= 0:
+                return
+            if selector is None:
+                time.sleep(min(0.05, remaining))
+            else:
+                self._wait(selector, min(0.25, remaining))
+
+
+def _invocation(defn: Definition, document: Any) -> str:
+    return json.dumps(
+        {
+            "command": list(defn.run.command),
+            "cwd": defn.run.cwd,
+            "env": dict(defn.run.env),
+            "input": document,
+            "timeout": defn.run.timeout,
+            "kill_grace": defn.run.kill_grace,
+            "interrupt_exit_code": defn.run.interrupt_exit_code,
+        }
+    )
+
+
+def _outcome(record: ExitRecord, interrupt_exit_code: int | None) -> tuple[str, str | None]:
+    if record.outcome == "exited" and record.exit_code == 0:
+        return "completed", None
+    if (
+        record.outcome == "exited"
+        and interrupt_exit_code is not None
+        and record.exit_code == interrupt_exit_code
+    ):
+        return "interrupted", f"exited with interrupt_exit_code {interrupt_exit_code}"
+    if record.outcome == "exited":
+        return "failed", record.reason or f"exited with status {record.exit_code}"
+    return "failed", record.reason or record.outcome
+
+
+def run_supervisor(
+    store_root: Path,
+    config: SupervisorConfig,
+    *,
+    control: ProcessControl | None = None,
+    clock: Clock = wall_clock,
+    fault: FaultHook = no_fault,
+    log: Callable[..., None] | None = None,
+    notifier: Notifier | None = None,
+) -> None:
+    """The whole daemon: fork server first (so it inherits neither the lock nor
+    the database), then the lock, recovery, the loop, the drain, and the lock
+    released last."""
+    control = control or ForkServerControl()
+    control.start()
+    ownership = Ownership(store_root / LOCK_NAME)
+    try:
+        store_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ownership.acquire()
+    except BaseException:
+        control.stop()
+        raise
+    try:
+        store = Store(store_root)
+        notifier = notifier or Notifier()
+        supervisor = Supervisor(
+            store, config, control, clock=clock, fault=fault, log=log, notifier=notifier
+        )
+        previous = {
+            signum: signal.signal(signum, supervisor.request_stop)
+            for signum in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            supervisor.serve()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            signal.set_wakeup_fd(-1)
+            supervisor.notifier.close()
+            store.close()
+    finally:
+        control.stop()
+        ownership.release()
