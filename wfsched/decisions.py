@@ -83,7 +83,10 @@ def span_between(cal: Calendar, after: int, through: int) -> Span | None:
             return Span(first, last, count)
         last, count = following, count + 1
     latest = cal.prev_before_epoch(through + 1)
-    return Span(first, latest if latest is not None else last, None)
+    # croniter's backward search can miss a fold instant and answer older
+    # than what forward iteration already found; never report a span that
+    # ends before its own enumerated part.
+    return Span(first, max(latest or last, last), None)
 
 
 def span_entry(span: Span, state: str, reason: str) -> Entry:
@@ -232,9 +235,13 @@ def _walk_due(tick: _Tick, cal: Calendar) -> None:
     else:
         beyond = cal.next_after_epoch(cursor)
         if beyond is not None and beyond <= tick.now:
-            latest = cal.prev_before_epoch(tick.now + 1)
-            assert latest is not None
+            found = cal.prev_before_epoch(tick.now + 1)
+            # Guard croniter's rare fold miss (an answer older than instants
+            # already enumerated): the jump may never move backwards.
+            latest = found if found is not None and found > cursor else beyond
             skipped_last = cal.prev_before_epoch(latest)
+            if skipped_last is None or skipped_last < cursor:
+                skipped_last = cursor
             decision.entries.append(
                 Entry(
                     "skipped-misfire",
