@@ -1,0 +1,138 @@
+"""Test doubles for the supervisor: a fake process control and a settable clock.
+
+The fake control never starts a process; tests decide when a "shim" ends by
+writing the same exit record the real shim writes, so the supervisor's
+ingestion path is the production one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wfsched import launcher
+from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle
+
+
+class Clock:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def set(self, value: float) -> None:
+        self.now = value
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class FakeControl:
+    spawned: list[tuple[LaunchSpec, ShimHandle]] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    alive_pids: set[int] = field(default_factory=set)
+    _exited: list[int] = field(default_factory=list)
+    _pids: itertools.count[int] = field(default_factory=lambda: itertools.count(40000))
+
+    def __post_init__(self) -> None:
+        self._read, self._write = os.pipe()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def spawn(self, spec: LaunchSpec) -> ShimHandle:
+        handle = ShimHandle(next(self._pids), 1)
+        self.spawned.append((spec, handle))
+        self.alive_pids.add(handle.pid)
+        return handle
+
+    def fileno(self) -> int:
+        return self._read
+
+    def drain_exits(self) -> list[int]:
+        exited, self._exited = self._exited, []
+        return exited
+
+    def alive(self, handle: ShimHandle) -> bool:
+        return handle.pid in self.alive_pids
+
+    def cancel(self, handle: ShimHandle) -> bool:
+        self.cancelled.append(handle.pid)
+        return handle.pid in self.alive_pids
+
+    def read_exit(self, attempt_dir: str) -> ExitRecord | None:
+        return launcher.read_exit_record(attempt_dir)
+
+    def read_shim(self, attempt_dir: str) -> ShimHandle | None:
+        return launcher.read_shim_record(attempt_dir)
+
+    # -- test controls -----------------------------------------------------------
+
+    def spec(self, run_id: str, attempt: int | None = None) -> tuple[LaunchSpec, ShimHandle]:
+        matches = [
+            pair
+            for pair in self.spawned
+            if pair[0].run_id == run_id and (attempt is None or pair[0].attempt == attempt)
+        ]
+        assert matches, f"{run_id} was never spawned"
+        return matches[-1]
+
+    def finish(
+        self,
+        run_id: str,
+        exit_code: int | None = 0,
+        outcome: str = "exited",
+        reason: str | None = None,
+        attempt: int | None = None,
+        record_attempt: int | None = None,
+        report: bool = True,
+    ) -> None:
+        """End the run's shim as the real one does: exit record, then exit."""
+        spec, handle = self.spec(run_id, attempt)
+        write_exit_record(
+            Path(spec.attempt_dir),
+            record_attempt if record_attempt is not None else spec.attempt,
+            outcome,
+            exit_code,
+            reason,
+        )
+        self.alive_pids.discard(handle.pid)
+        if report:
+            self._exited.append(handle.pid)
+
+    def die(self, run_id: str) -> None:
+        """The shim vanished without writing a record."""
+        _, handle = self.spec(run_id)
+        self.alive_pids.discard(handle.pid)
+        self._exited.append(handle.pid)
+
+
+def write_exit_record(
+    attempt_dir: Path,
+    attempt: int,
+    outcome: str = "exited",
+    exit_code: int | None = 0,
+    reason: str | None = None,
+) -> None:
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    (attempt_dir / "exit.json").write_text(
+        json.dumps(
+            {
+                "attempt": attempt,
+                "outcome": outcome,
+                "exit_code": exit_code,
+                "signal": None,
+                "reason": reason,
+                "started_at": 1.0,
+                "finished_at": 2.0,
+            }
+        )
+    )

@@ -1,0 +1,457 @@
+"""Layer 1: the supervisor loop with an injected clock and a fake launcher.
+
+A real store in tmp_path, real decisions, real exit-record ingestion; only
+processes are faked. No sleeps: time moves when a test moves it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import Clock, FakeControl, write_exit_record
+from wfsched.admin import Admin
+from wfsched.definition import parse_definition
+from wfsched.runs import Runs
+from wfsched.store import Store
+from wfsched.supervisor import ABANDONED, Supervisor, SupervisorConfig
+
+T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
+MINUTE = 60
+
+
+class Harness:
+    def __init__(self, root: Path, **config: object) -> None:
+        self.clock = Clock(T0 - 30)
+        self.store = Store(root)
+        self.admin = Admin(self.store, self.clock)
+        self.runs = Runs(self.store, self.clock)
+        self.control = FakeControl()
+        self.events: list[tuple[str, dict[str, object]]] = []
+        self.supervisor = self.new_supervisor(**config)
+        # The startup tick happens when the supervisor takes ownership.
+        self.supervisor.tick()
+
+    def new_supervisor(self, **config: object) -> Supervisor:
+        return Supervisor(
+            self.store,
+            SupervisorConfig(**config),  # type: ignore[arg-type]
+            self.control,
+            clock=self.clock,
+            log=lambda event, **fields: self.events.append((event, fields)),
+        )
+
+    def define(self, schedule_id: str, body: str = "", cron: str = "* * * * *") -> None:
+        text = f'id = "{schedule_id}"\n[trigger]\ncron = "{cron}"\n[run]\ncommand = ["true"]\n'
+        defn = parse_definition(text + body, f"{schedule_id}.toml", now=int(self.clock()))
+        self.admin.create(defn)
+
+    def define_interruptible(self, schedule_id: str, cron: str = "0 * * * *") -> None:
+        text = (
+            f'id = "{schedule_id}"\n[trigger]\ncron = "{cron}"\n'
+            '[run]\ncommand = ["true"]\ninterrupt_exit_code = 75\n'
+        )
+        self.admin.create(parse_definition(text, "x.toml", now=int(self.clock())))
+
+    def tick_at(self, instant: float) -> None:
+        self.clock.set(instant)
+        self.supervisor.tick()
+
+    def history(self, schedule_id: str) -> list[tuple[str, str, str | None]]:
+        items, _ = self.admin.occurrences(schedule_id, limit=100)
+        return [(item["scheduled_at"], item["state"], item["reason"]) for item in items]
+
+    def run_ids(self) -> list[str]:
+        items, _ = self.runs.list(limit=100)
+        return sorted(item["run_id"] for item in items)
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    return Harness(tmp_path / "store")
+
+
+def iso(instant: int) -> str:
+    return datetime.fromtimestamp(instant, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_due_instant_is_admitted_once_and_launched_with_its_environment(h: Harness) -> None:
+    h.define("a", '[[input]]\ntarget = "when"\noccurrence = "scheduled_at"\n')
+    h.tick_at(T0 - 1)
+    assert h.control.spawned == []
+    h.tick_at(T0)
+    h.tick_at(T0 + 0.5)
+    assert len(h.control.spawned) == 1
+    spec, _ = h.control.spawned[0]
+    assert spec.env["WFSCHED_SCHEDULE_ID"] == "a"
+    assert spec.env["WFSCHED_OCCURRENCE_ID"] == "a@20261201T090000Z"
+    assert spec.env["WFSCHED_SCHEDULED_AT"] == iso(T0)
+    assert spec.env["WFSCHED_RUN_ID"] == "run-000001"
+    assert spec.env["WFSCHED_ATTEMPT"] == "1"
+    assert spec.stdin_path == spec.env["WFSCHED_INPUT"]
+    assert json.loads(Path(spec.stdin_path).read_text()) == {"when": iso(T0)}
+    assert Path(spec.env["WFSCHED_STATE_DIR"]).is_dir()
+    assert h.history("a") == [(iso(T0), "running", None)]
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 1)
+    assert h.history("a") == [(iso(T0), "completed", None)]
+    assert h.runs.show("run-000001")["attempts"][0]["state"] == "completed"
+
+
+def test_overlap_skip_records_skipped_overlap_and_releases_on_completion(h: Harness) -> None:
+    h.define("a")
+    h.tick_at(T0)
+    h.tick_at(T0 + MINUTE)
+    assert h.history("a")[1] == (
+        iso(T0 + MINUTE),
+        "skipped-overlap",
+        "a run of this schedule is unfinished",
+    )
+    h.control.finish("run-000001", exit_code=3)
+    h.tick_at(T0 + MINUTE + 1)
+    h.tick_at(T0 + 2 * MINUTE)
+    states = [state for _, state, _ in h.history("a")]
+    assert states == ["failed", "skipped-overlap", "running"]
+
+
+def test_interrupted_run_keeps_overlap_slot_but_frees_execution_slot(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+    h.define_interruptible("a", cron="* * * * *")
+    h.define("b")
+    h.tick_at(T0)
+    assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001"]
+    first = h.control.spawned[0][0]
+    h.control.finish(first.run_id, exit_code=75)
+    h.tick_at(T0 + 1)
+    assert h.runs.show(first.run_id)["state"] == "interrupted"
+    h.tick_at(T0 + MINUTE)
+    schedule_of = {spec.run_id: spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned}
+    # a is held by its interrupted run (overlap skip); b takes the free execution slot.
+    assert list(schedule_of.values()).count("b") == 1
+    assert h.history("a")[-1][1] == "skipped-overlap"
+
+
+def test_capacity_is_shared_round_robin(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+    for name in ("a", "b", "c"):
+        h.define(name, '[policy]\nmisfire = "latest"\n')
+    started: list[str] = []
+    for minute in range(3):
+        h.tick_at(T0 + minute * MINUTE)
+        spec = h.control.spawned[-1][0]
+        started.append(spec.env["WFSCHED_SCHEDULE_ID"])
+        h.control.finish(spec.run_id)
+        h.tick_at(T0 + minute * MINUTE + 1)
+    assert sorted(started) == ["a", "b", "c"]
+
+
+def test_preflight_rejection_records_reason_and_invents_no_run(h: Harness) -> None:
+    text = 'id = "x"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["no-such-program-xyz"]\n'
+    h.admin.create(parse_definition(text, "x.toml", now=int(h.clock())))
+    h.tick_at(T0)
+    assert h.history("x") == [
+        (iso(T0), "preflight-rejected", "executable 'no-such-program-xyz' not found on PATH")
+    ]
+    assert h.run_ids() == []
+    assert h.control.spawned == []
+
+
+def test_missing_cwd_is_preflight_rejected(h: Harness, tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    text = f'id = "x"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\ncwd = "{gone}"\n'
+    h.admin.create(parse_definition(text, "x.toml", now=int(h.clock())))
+    h.tick_at(T0)
+    assert h.history("x")[0][1] == "preflight-rejected"
+    assert "does not exist" in (h.history("x")[0][2] or "")
+
+
+def test_queue_holds_one_candidate_and_admits_when_the_run_ends(h: Harness) -> None:
+    h.define("q", '[policy]\noverlap = "queue"\n')
+    h.tick_at(T0)
+    h.tick_at(T0 + MINUTE)
+    h.tick_at(T0 + 2 * MINUTE)
+    items, _ = h.admin.occurrences("q", limit=10)
+    assert items[0]["state"] == "pending" and items[0]["scheduled_at"] == iso(T0 + 2 * MINUTE)
+    assert (iso(T0 + MINUTE), "superseded") in [(s, st) for s, st, _ in h.history("q")]
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 2 * MINUTE + 5)
+    assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001", "run-000002"]
+    assert h.runs.show("run-000002")["scheduled_at"] == iso(T0 + 2 * MINUTE)
+
+
+def test_manual_trigger_bypasses_capacity_and_overlap_and_works_while_paused(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+    h.define("a")
+    h.tick_at(T0)
+    h.admin.pause("a")
+    h.clock.set(T0 + 10)
+    h.runs.request_trigger("a")
+    h.supervisor.tick()
+    manual = h.runs.show("run-000002")
+    assert manual["kind"] == "manual" and manual["occurrence_id"] is None
+    spec, _ = h.control.spec("run-000002")
+    assert spec.env["WFSCHED_OCCURRENCE_ID"] == ""
+    assert spec.env["WFSCHED_SCHEDULED_AT"] == iso(T0 + 10)
+    # A manual run never counts toward the schedule's overlap.
+    h.control.finish("run-000001")
+    h.admin.resume("a")
+    h.tick_at(T0 + MINUTE)
+    assert h.history("a")[-1][1] == "running"
+
+
+def test_cancel_of_a_running_run_asks_the_shim_and_records_cancelled(h: Harness) -> None:
+    h.define("a")
+    h.tick_at(T0)
+    request = h.runs.request_cancel("run-000001")
+    assert isinstance(request, int)
+    h.supervisor.tick()
+    _, handle = h.control.spec("run-000001")
+    assert h.control.cancelled == [handle.pid]
+    h.control.finish("run-000001", exit_code=None, outcome="cancelled", reason="cancelled")
+    h.supervisor.tick()
+    run = h.runs.show("run-000001")
+    assert (run["state"], run["reason"]) == ("failed", "cancelled")
+    assert isinstance(h.runs.request_cancel("run-000001"), str)
+
+
+def test_resume_marks_the_next_attempt_and_passes_the_resume_input(h: Harness) -> None:
+    h.define_interruptible("a")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    h.runs.request_resume("run-000001", {"approved": True})
+    h.tick_at(T0 + 2)
+    spec, _ = h.control.spec("run-000001", attempt=2)
+    assert spec.env["WFSCHED_ATTEMPT"] == "2"
+    assert json.loads(Path(spec.env["WFSCHED_RESUME_INPUT"]).read_text()) == {"approved": True}
+    assert spec.stdin_path == spec.env["WFSCHED_RESUME_INPUT"]
+    first, _ = h.control.spec("run-000001", attempt=1)
+    assert spec.env["WFSCHED_STATE_DIR"] == first.env["WFSCHED_STATE_DIR"]
+    assert spec.env["WFSCHED_INPUT"] == first.env["WFSCHED_INPUT"]
+    h.control.finish("run-000001", exit_code=0, attempt=2)
+    h.tick_at(T0 + 3)
+    run = h.runs.show("run-000001")
+    assert run["state"] == "completed"
+    assert [a["state"] for a in run["attempts"]] == ["interrupted", "completed"]
+
+
+def test_resume_is_refused_while_saturated_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+    h.define_interruptible("a")
+    h.define("b", cron="1 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + MINUTE)
+    assert h.runs.show("run-000002")["state"] == "running"
+    seq = h.runs.request_resume("run-000001")
+    h.supervisor.tick()
+    answer = h.store.get_request(seq)
+    assert answer is not None and answer.state == "refused" and "slot" in (answer.result or "")
+    run = h.runs.show("run-000001")
+    assert run["state"] == "interrupted" and len(run["attempts"]) == 1
+
+
+def test_stale_exit_record_under_a_newer_attempt_fails_closed(h: Harness) -> None:
+    h.define_interruptible("a")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    h.runs.request_resume("run-000001")
+    h.tick_at(T0 + 2)
+    h.control.finish("run-000001", exit_code=0, attempt=2, record_attempt=1)
+    h.tick_at(T0 + 3)
+    run = h.runs.show("run-000001")
+    assert run["state"] == "failed" and run["reason"].startswith("ambiguous")
+
+
+def test_shim_that_dies_without_a_record_is_abandoned_not_retried(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.die("run-000001")
+    h.tick_at(T0 + 1)
+    run = h.runs.show("run-000001")
+    assert (run["state"], run["reason"]) == ("failed", ABANDONED)
+    assert len(h.control.spawned) == 1
+
+
+class TestRecovery:
+    def test_readopts_live_shims_and_ingests_records_written_while_down(self, h: Harness) -> None:
+        for name in ("live", "done", "lost"):
+            h.define(name, cron="0 * * * *")
+        h.tick_at(T0)
+        by_schedule = {
+            spec.env["WFSCHED_SCHEDULE_ID"]: spec.run_id for spec, _ in h.control.spawned
+        }
+        # The supervisor "crashes": a fresh one starts on the same store.
+        h.control.finish(by_schedule["done"], report=False)
+        h.control.alive_pids.discard(h.control.spec(by_schedule["lost"])[1].pid)
+        h.supervisor = h.new_supervisor()
+        h.supervisor.recover()
+        assert h.runs.show(by_schedule["done"])["state"] == "completed"
+        lost = h.runs.show(by_schedule["lost"])
+        assert lost["state"] == "failed" and "external effects" in lost["reason"]
+        assert h.runs.show(by_schedule["live"])["state"] == "running"
+        assert set(h.supervisor.watches) == {1, 2, 3} - {
+            int(by_schedule["done"][4:]),
+            int(by_schedule["lost"][4:]),
+        }
+        # The re-adopted shim's end is noticed by polling (nobody reports it).
+        h.control.finish(by_schedule["live"], report=False)
+        h.tick_at(T0 + 1)
+        assert h.runs.show(by_schedule["live"])["state"] == "completed"
+        assert len(h.control.spawned) == 3
+
+    def test_admitted_but_unlaunched_runs_launch_on_the_next_tick(self, h: Harness) -> None:
+        h.define("a", cron="0 * * * *")
+        h.clock.set(T0)
+        # Admission committed, then the crash: no run directory, no attempt.
+        h.supervisor.fault = _crash_at("after-admission-commit")
+        with pytest.raises(_Crash):
+            h.supervisor.tick()
+        assert h.runs.show("run-000001")["state"] == "admitted"
+        h.supervisor = h.new_supervisor()
+        h.supervisor.recover()
+        assert h.control.spawned == []
+        h.supervisor.tick()
+        assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001"]
+        assert [s for _, s, _ in h.history("a")] == ["running"]
+
+    def test_interruption_waiting_across_restart_stays_resumable(self, h: Harness) -> None:
+        h.define_interruptible("a")
+        h.tick_at(T0)
+        h.control.finish("run-000001", exit_code=75)
+        h.tick_at(T0 + 1)
+        h.supervisor = h.new_supervisor()
+        h.supervisor.recover()
+        assert h.runs.show("run-000001")["state"] == "interrupted"
+
+    def test_crash_after_resume_mark_fails_the_attempt_as_ambiguous(self, h: Harness) -> None:
+        h.define_interruptible("a")
+        h.tick_at(T0)
+        h.control.finish("run-000001", exit_code=75)
+        h.tick_at(T0 + 1)
+        h.runs.request_resume("run-000001")
+        h.supervisor.fault = _crash_at("after-resume-mark")
+        with pytest.raises(_Crash):
+            h.tick_at(T0 + 2)
+        h.supervisor = h.new_supervisor()
+        h.supervisor.recover()
+        run = h.runs.show("run-000001")
+        assert run["state"] == "failed" and "external effects" in run["reason"]
+        assert [a["state"] for a in run["attempts"]] == ["interrupted", "failed"]
+        assert len(h.control.spawned) == 1
+
+    def test_scheduled_run_without_admission_record_blocks_its_schedule(self, h: Harness) -> None:
+        h.define("a", cron="0 * * * *")
+        with h.store.atomic():
+            h.store.insert_run("a", "scheduled", T0, 1, '{"command": ["true"]}', T0)
+        h.supervisor.recover()
+        schedule = h.admin.get("a")
+        assert schedule["state"] == "blocked"
+        assert "no admission record" in schedule["blocked_reason"]
+        h.tick_at(T0)
+        assert h.control.spawned == []
+
+    def test_corrupt_exit_record_fails_the_run_and_blocks_the_schedule(self, h: Harness) -> None:
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0)
+        spec, _ = h.control.spec("run-000001")
+        (Path(spec.attempt_dir) / "exit.json").write_text("{not json")
+        h.supervisor = h.new_supervisor()
+        h.supervisor.recover()
+        assert h.runs.show("run-000001")["state"] == "failed"
+        assert h.admin.get("a")["state"] == "blocked"
+
+
+def test_startup_tick_under_skip_drops_missed_and_waits_for_the_next(h: Harness) -> None:
+    h.define("a")
+    h.supervisor = h.new_supervisor()
+    h.tick_at(T0 + 10 * MINUTE + 5)
+    assert h.control.spawned == []
+    assert h.history("a") == [(iso(T0), "skipped-misfire", "supervisor-down")]
+    items, _ = h.admin.occurrences("a")
+    assert items[0]["count"] == 11 and items[0]["last"] == iso(T0 + 10 * MINUTE)
+    h.tick_at(T0 + 11 * MINUTE)
+    assert len(h.control.spawned) == 1
+
+
+def test_startup_tick_under_latest_admits_the_latest_missed_instant(h: Harness) -> None:
+    h.define("a", '[policy]\nmisfire = "latest"\n')
+    h.supervisor = h.new_supervisor()
+    h.tick_at(T0 + 10 * MINUTE + 5)
+    assert h.runs.show("run-000001")["scheduled_at"] == iso(T0 + 10 * MINUTE)
+    states = [s for _, s, _ in h.history("a")]
+    assert states == ["skipped-misfire", "running"]
+
+
+def test_clock_rollback_never_readmits(h: Harness) -> None:
+    h.define("a")
+    h.tick_at(T0)
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 1)
+    h.tick_at(T0 - 5 * MINUTE)
+    h.tick_at(T0)
+    h.tick_at(T0 + 2)
+    assert len(h.control.spawned) == 1
+
+
+def test_drain_cancels_runs_left_after_drain_grace(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "s", drain_grace=0)
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    _, handle = h.control.spec("run-000001")
+
+    def cancel(target: object) -> bool:
+        h.control.cancelled.append(handle.pid)
+        h.control.finish("run-000001", exit_code=None, outcome="cancelled", reason="cancelled")
+        return True
+
+    h.control.cancel = cancel  # type: ignore[method-assign]
+    h.supervisor.drain()
+    run = h.runs.show("run-000001")
+    assert run["state"] == "failed" and "drain_grace" in run["reason"]
+    assert h.supervisor.draining
+
+
+def test_requests_are_refused_while_draining(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.supervisor.draining = True
+    seq = h.runs.request_trigger("a")
+    h.supervisor.tick()
+    answer = h.store.get_request(seq)
+    assert answer is not None and answer.state == "refused"
+    assert h.control.spawned == []
+
+
+def test_exit_record_of_interrupt_code_without_config_is_failure(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    run = h.runs.show("run-000001")
+    assert (run["state"], run["exit_code"]) == ("failed", 75)
+
+
+def test_written_exit_record_helper_matches_the_launcher_reader(tmp_path: Path) -> None:
+    write_exit_record(tmp_path, 3, "exited", 7, "boom")
+    from wfsched.launcher import read_exit_record
+
+    record = read_exit_record(str(tmp_path))
+    assert record is not None and (record.attempt, record.exit_code) == (3, 7)
+
+
+class _Crash(BaseException):
+    """Stands in for SIGKILL inside one process."""
+
+
+def _crash_at(point: str):  # type: ignore[no-untyped-def]
+    def hook(reached: str) -> None:
+        if reached == point:
+            raise _Crash(point)
+
+    return hook
