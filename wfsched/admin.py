@@ -11,9 +11,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for, describe_local
 from wfsched.decisions import Candidate, Entry, consume_until, next_due_after, span_between
 from wfsched.definition import (
     canonical_json,
@@ -26,6 +25,13 @@ from wfsched.paging import decode_cursor, encode_cursor
 from wfsched.store import ScheduleRow, Store
 from wfsched.timeutil import Clock, format_instant, parse_instant, wall_clock
 from wfsched.views import occurrence_view, pending_view, schedule_view
+
+if TYPE_CHECKING:
+    from wfsched.calendar import CronCalendar, OneShotCalendar
+
+# wfsched.calendar (and croniter behind it) is imported inside the functions
+# that compute instants, so importing the admin API does not load croniter by
+# itself: start-up time of read commands such as `wfsched list` matters.
 
 MAX_PAGE = 100
 
@@ -93,6 +99,8 @@ class Admin:
         return self.get(defn.id)
 
     def _insert(self, defn: Definition, now: float) -> None:
+        from wfsched.calendar import calendar_for
+
         consumed = int(now)
         if isinstance(defn.trigger, OneShotTrigger) and defn.trigger.at <= consumed:
             # A one-shot already past at create is accepted and left to the
@@ -121,6 +129,8 @@ class Admin:
         return self.get(defn.id), changed
 
     def _replace(self, row: ScheduleRow, defn: Definition, now: float) -> None:
+        from wfsched.calendar import calendar_for
+
         old_cal = calendar_for(self.definition(row).trigger)
         change = consume_until(old_cal, row.consumed_through, _candidate(row), int(now), "update")
         self._record(row, change.entries, now)
@@ -304,6 +314,8 @@ class Admin:
     def next(
         self, schedule_id: str, count: int = 5, after: str | None = None
     ) -> list[dict[str, Any]]:
+        from wfsched.calendar import CronCalendar, calendar_for, describe_local
+
         if not 1 <= count <= 1000:
             raise UsageError("--count must be between 1 and 1000")
         row = self.row(schedule_id)
@@ -362,6 +374,8 @@ class Admin:
     # -- helpers ---------------------------------------------------------------------
 
     def _calendar(self, row: ScheduleRow) -> CronCalendar | OneShotCalendar:
+        from wfsched.calendar import calendar_for
+
         return calendar_for(self.definition(row).trigger)
 
     def _record(self, row: ScheduleRow, entries: Iterable[Entry], now: float) -> None:

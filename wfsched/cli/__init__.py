@@ -1,0 +1,116 @@
+"""The `wfsched` command line: a thin click shell over `wfsched.admin.Admin`.
+
+Each command module (`schedules`, and later `runs`, `supervise`) adds its
+commands to the group in `wfsched.cli.main`. They share `CliState`, the one
+object click passes down (`ctx.obj`): the store path, the `--debug` flag, the
+clock and the console. Tests inject a clock or a console by passing their own
+`CliState` as `obj`; production code never asks whether it is under test.
+
+Nothing here imports the store, the calendar or rich at import time: a
+`wfsched list --json` must start fast, and shell completion even faster.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from wfsched.errors import NotFoundError
+from wfsched.timeutil import Clock, wall_clock
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from wfsched.admin import Admin
+    from wfsched.store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PIPE_WIDTH = 200
+
+
+@dataclass
+class CliState:
+    """Per-invocation state; the group callback fills in the global options."""
+
+    store_option: str | None = None
+    """`--store` / `$WFSCHED_STORE` as given; None means the default."""
+    store_path: Path | None = None
+    debug: bool = False
+    clock: Clock = wall_clock
+    console: Console | None = None
+    """Injectable; created on first use (stdout, no forced colour)."""
+    _store: Store | None = field(default=None, repr=False)
+
+    def get_console(self) -> Console:
+        if self.console is None:
+            import os
+            import sys
+
+            from rich.console import Console
+
+            width = None
+            if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+                # Piped or redirected: do not fold tables at rich's 80-column
+                # default; tables only take the width they need.
+                width = PIPE_WIDTH
+            self.console = Console(highlight=False, soft_wrap=False, width=width)
+        return self.console
+
+    def resolved_store_path(self) -> Path:
+        if self.store_path is None:
+            from wfsched.store.paths import resolve_store_path
+
+            self.store_path = resolve_store_path(self.store_option)
+        return self.store_path
+
+    def store(self, *, create: bool) -> Store | None:
+        """The store, opened once per invocation and closed with the context.
+
+        With `create=False` a store that does not exist yet is None: reading
+        commands must not leave an empty store directory behind.
+        """
+        if self._store is None:
+            from wfsched.store import DB_NAME, Store
+
+            path = self.resolved_store_path()
+            if not create and not (path / DB_NAME).exists():
+                return None
+            self._store = Store(path)
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None:
+                ctx.call_on_close(self._close)
+        return self._store
+
+    def admin(self, *, create: bool = False) -> Admin:
+        """An `Admin` over the store; a missing store is "not found" (exit 3)."""
+        from wfsched.admin import Admin
+
+        store = self.store(create=create)
+        if store is None:
+            raise NotFoundError(
+                f"no store at {self.resolved_store_path()} (no schedules yet); create one"
+                " with `wfsched create FILE` or `wfsched apply DIR`, or pass --store"
+            )
+        return Admin(store, clock=self.clock)
+
+    def _close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def pass_state(func: F) -> F:
+    """Hand the command its `CliState` as the first argument."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        return func(ctx.ensure_object(CliState), *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,147 @@
+"""The `wfsched` group, its global options, and the error edge.
+
+Every error an operator can cause ends here as ONE line on stderr and an exit
+status (DESIGN section 7): 0 ok, 1 failed, 2 usage or invalid definition,
+3 not found, 4 conflict. The handling lives in `WfschedGroup.main`, not in a
+wrapper around it, so click's test runner sees exactly what a shell sees.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from wfsched import __version__
+from wfsched.cli import CliState, runs, schedules, supervise
+from wfsched.errors import WfschedError
+
+PROG = "wfsched"
+
+
+def _error(message: str) -> None:
+    # Multi-line messages would break "one line per error"; fold them.
+    click.echo(f"{PROG}: error: {' '.join(str(message).split())}", err=True)
+
+
+class WfschedGroup(click.Group):
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        state = extra.setdefault("obj", CliState())
+        code = self._run(state, args, prog_name or PROG, complete_var, extra)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def _run(
+        self,
+        state: CliState,
+        args: Sequence[str] | None,
+        prog_name: str,
+        complete_var: str | None,
+        extra: dict[str, Any],
+    ) -> int:
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except WfschedError as exc:
+            if state.debug:
+                _print_traceback()
+            _error(str(exc))
+            return exc.exit_code
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            return exc.exit_code
+        except click.UsageError as exc:
+            hint = ""
+            if exc.ctx is not None:
+                hint = f" (see '{exc.ctx.command_path} --help')"
+            _error(f"{exc.format_message()}{hint}")
+            return exc.exit_code
+        except click.ClickException as exc:
+            _error(exc.format_message())
+            return exc.exit_code
+        except click.Abort:
+            _error("aborted")
+            return 1
+        except BrokenPipeError:
+            # `wfsched list | head`: the reader left; nothing more to say.
+            _silence_stdout()
+            return 1
+        except Exception as exc:
+            if state.debug:
+                _print_traceback()
+                _error(f"{type(exc).__name__}: {exc}")
+            else:
+                _error(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
+            return 1
+        # Non-standalone click returns the callback's value, or the code of a
+        # `ctx.exit(code)`; commands return None when all went well.
+        if isinstance(result, int) and not isinstance(result, bool):
+            return result
+        return 0
+
+
+def _print_traceback() -> None:
+    import traceback
+
+    traceback.print_exc()
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+@click.group(
+    cls=WfschedGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option(
+    "--store",
+    "store",
+    metavar="PATH",
+    envvar="WFSCHED_STORE",
+    show_envvar=True,
+    help="Store directory. [default: $XDG_STATE_HOME/wfsched, i.e. ~/.local/state/wfsched]",
+)
+@click.option("--debug", is_flag=True, help="Show a traceback when a command fails.")
+@click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
+    """wfsched: a durable cron replacement for one host.
+
+    Keep schedule definitions as TOML files, load them with `apply`, and let
+    `wfsched supervise` run them. Every read command takes --json.
+
+    Exit status: 0 ok, 1 failed, 2 usage or invalid definition, 3 not found,
+    4 conflict (stale revision, id taken, deleted schedule, store owned).
+    """
+    state = ctx.ensure_object(CliState)
+    state.debug = debug
+    # Resolved on first use: `validate` never touches a store.
+    state.store_option = store
+
+
+# --- command registration: the one place command groups join `wfsched` ---------
+schedules.register(cli)
+runs.register(cli)
+supervise.register(cli)
+# ---------------------------------------------------------------------------------
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli.main(prog_name=PROG)

@@ -1,0 +1,141 @@
+"""The one output layer: documented JSON for machines, rich tables for people.
+
+`--json` prints the view dicts of `wfsched.views` as they are (documented
+field order, indent 2) and never touches rich, so scripted calls stay fast.
+Human output goes through the injectable console of `CliState`; times are
+shown in UTC and in the schedule's own zone.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, tzinfo
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+def print_json(obj: Any) -> None:
+    """`obj` as JSON, keys in the documented order (never sorted), indent 2."""
+    click.echo(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def say(message: str) -> None:
+    """One plain line on stdout (confirmations such as `created x (revision 1)`)."""
+    click.echo(message)
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    grid = Table(
+        title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False
+    )
+    for name in columns:
+        grid.add_column(name, overflow="fold")
+    return grid
+
+
+def add_row(grid: Table, *cells: Any) -> None:
+    """Cells as plain text: a command like `["a", "[b]"]` is not rich markup."""
+    from rich.text import Text
+
+    grid.add_row(*(Text(text(cell)) for cell in cells))
+
+
+def show(console: Console, renderable: Any) -> None:
+    console.print(renderable)
+
+
+# ------------------------------------------------------------------ times
+
+
+@cache
+def _zone(name: str) -> tzinfo:
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)
+
+
+def schedule_zone(trigger: dict[str, Any]) -> tzinfo:
+    """The zone a schedule's times are shown in.
+
+    A cron schedule has its IANA `timezone`; a one-shot's zone is the offset
+    written in `at` (DESIGN section 2: the offset is the zone).
+    """
+    if trigger.get("timezone"):
+        try:
+            return _zone(trigger["timezone"])
+        except (ValueError, OSError):
+            return UTC
+    written = trigger.get("at")
+    if isinstance(written, str):
+        try:
+            moment = datetime.fromisoformat(written.strip())
+        except ValueError:
+            return UTC
+        if moment.tzinfo is not None:
+            return moment.tzinfo
+    return UTC
+
+
+def zone_label(trigger: dict[str, Any]) -> str:
+    if trigger.get("timezone"):
+        return str(trigger["timezone"])
+    offset = schedule_zone(trigger).utcoffset(None)
+    return _offset_text(offset.total_seconds()) if offset else "UTC"
+
+
+def local_text(instant: str | None, zone: tzinfo) -> str:
+    """An RFC 3339 UTC string shown as local wall time with offset and zone name.
+
+    Display only: local values are never compared (the two 01:30s of a fall
+    fold are equal as local datetimes).
+    """
+    if instant is None:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(instant.replace("Z", "+00:00"))
+    except ValueError:
+        return instant
+    local = moment.astimezone(zone)
+    offset = local.utcoffset()
+    clock = "%H:%M:%S" if local.second else "%H:%M"
+    text = local.strftime(f"%Y-%m-%d {clock}")
+    if offset is not None:
+        text += f" {_offset_text(offset.total_seconds())}"
+    name = local.tzname()
+    if name and not name.startswith(("UTC+", "UTC-", "+", "-")):
+        text += f" ({name})"
+    return text
+
+
+def utc_text(instant: str | None) -> str:
+    return instant if instant is not None else "-"
+
+
+def _offset_text(seconds: float) -> str:
+    sign = "-" if seconds < 0 else "+"
+    whole = abs(int(seconds))
+    return f"{sign}{whole // 3600:02d}:{whole % 3600 // 60:02d}"
+
+
+def trigger_text(trigger: dict[str, Any]) -> str:
+    if "cron" in trigger:
+        return str(trigger["cron"])
+    return f"at {trigger.get('at')}"
+
+
+def text(value: Any) -> str:
+    """A cell: None is `-`, lists and tables are compact JSON."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,560 @@
+"""Schedule commands: validate, create, apply, get, list, update, edit, pause,
+resume, delete, next, occurrences, status.
+
+Each command parses its arguments, makes one call into `wfsched.admin.Admin`
+(or `wfsched.definition` / `wfsched.status`), and renders the result; domain
+errors travel up to `wfsched.cli.main`, which prints one line and exits.
+Heavy modules (the store, the calendar, rich, tomli_w) are imported inside
+the commands that need them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from wfsched.cli import CliState, output, pass_state
+from wfsched.errors import ConflictError, DefinitionError, WfschedError
+
+if TYPE_CHECKING:
+    from wfsched.admin import Admin
+    from wfsched.model import Definition
+
+DEFAULT_PAGE = 20
+
+
+def _complete_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Schedule ids from the store for shell completion; silent on any failure."""
+    from click.shell_completion import CompletionItem
+
+    state = CliState(store_option=ctx.find_root().params.get("store"))
+    try:
+        store = state.store(create=False)
+        if store is None:
+            return []
+        try:
+            ids = [row.id for row in store.list_schedules(include_deleted=True)]
+        finally:
+            store.close()
+    except Exception:
+        return []
+    return [
+        CompletionItem(schedule_id) for schedule_id in ids if schedule_id.startswith(incomplete)
+    ]
+
+
+def _id_argument() -> Any:
+    return click.argument("schedule_id", metavar="ID", shell_complete=_complete_ids)
+
+
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (DESIGN section 8 field names)."
+)
+
+
+def _load(state: CliState, file: str) -> Definition:
+    """Parse and validate one definition file before any store is opened,
+    so an invalid file leaves no trace at all."""
+    from wfsched.definition import load_definition_file
+
+    return load_definition_file(file, now=int(state.clock()))
+
+
+def _next_due_text(view: dict[str, Any]) -> str:
+    if view["next_due"] is None:
+        return f"no next due instant ({view['state']})"
+    zone = output.schedule_zone(view["trigger"])
+    return f"next due {view['next_due']} ({output.local_text(view['next_due'], zone)})"
+
+
+# ------------------------------------------------------------------ validate
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
+@pass_state
+def validate(state: CliState, files: tuple[str, ...]) -> None:
+    """Check definition FILEs; write nothing.
+
+    Prints `ok FILE (ID)` per valid file and stops with exit status 2 at the
+    first invalid one, naming the file and the key path. `-` reads stdin.
+    """
+    for file in files:
+        defn = _load(state, file)
+        output.say(f"ok {file} ({defn.id})")
+
+
+# -------------------------------------------------------------------- create
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@pass_state
+def create(state: CliState, file: str) -> None:
+    """Create a schedule at revision 1 from FILE (`-` reads stdin).
+
+    An id that exists, or that belonged to a deleted schedule, is refused
+    (exit 4): ids are never reused.
+    """
+    defn = _load(state, file)
+    view = state.admin(create=True).create(defn)
+    output.say(f"created {view['id']} (revision {view['revision']}); {_next_due_text(view)}")
+
+
+# --------------------------------------------------------------------- apply
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--prune", is_flag=True, help="Delete schedules that no file defines any more.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@pass_state
+def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -> None:
+    """Make the store match the definitions under PATHs (files or folders).
+
+    Creates new schedules, updates changed ones, keeps unchanged ones (only
+    `*.toml` files count in folders). Every file is validated first: if one is
+    invalid nothing is written. One line per schedule:
+    `created|updated|unchanged|deleted ID (revision N)`.
+    """
+    if dry_run and state.store(create=False) is None:
+        actions = _dry_run_against_empty_store(state, paths, prune)
+    else:
+        actions = state.admin(create=True).apply(paths, prune=prune, dry_run=dry_run)
+    tally = {"created": 0, "updated": 0, "unchanged": 0, "deleted": 0}
+    for action in actions:
+        tally[action.action] = tally.get(action.action, 0) + 1
+        output.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
+    summary = ", ".join(f"{count} {name}" for name, count in tally.items())
+    if not actions:
+        summary = "no definitions found"
+    output.say(f"{summary} (dry run: nothing written)" if dry_run else summary)
+
+
+def _dry_run_against_empty_store(state: CliState, paths: tuple[str, ...], prune: bool) -> list[Any]:
+    # No store yet: a dry run must not create one, so it runs against a
+    # throwaway empty store (every valid definition would be "created").
+    import tempfile
+
+    from wfsched.admin import Admin
+    from wfsched.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="wfsched-dry-run-") as scratch:
+        store = Store(scratch)
+        try:
+            return Admin(store, clock=state.clock).apply(paths, prune=prune, dry_run=True)
+        finally:
+            store.close()
+
+
+# ----------------------------------------------------------------------- get
+
+
+@click.command()
+@_id_argument()
+@_json_option
+@click.option("--toml", "as_toml", is_flag=True, help="Print a definition file `update` accepts.")
+@pass_state
+def get(state: CliState, schedule_id: str, as_json: bool, as_toml: bool) -> None:
+    """Show one schedule (deleted ones too: they are history)."""
+    if as_json and as_toml:
+        raise click.UsageError("--json and --toml cannot be combined")
+    admin = state.admin()
+    if as_toml:
+        text, _revision = _toml_of(admin, schedule_id)
+        click.echo(text, nl=False)
+        return
+    view = admin.get(schedule_id)
+    if as_json:
+        output.print_json(view)
+        return
+    _show_schedule(state, view)
+
+
+def _toml_of(admin: Admin, schedule_id: str) -> tuple[str, int]:
+    """The definition as an editable file, and the revision it was read at."""
+    from wfsched.definition import to_toml
+
+    row = admin.row(schedule_id)
+    header = (
+        f"# {row.id} at revision {row.revision}. To change it:\n"
+        f"#   wfsched update FILE --expected-revision {row.revision}\n"
+    )
+    return header + to_toml(admin.definition(row)), row.revision
+
+
+def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
+    zone = output.schedule_zone(view["trigger"])
+    run, policy = view["run"], view["policy"]
+    fields: list[tuple[str, Any]] = [
+        ("id", view["id"]),
+        ("description", view["description"]),
+        ("state", view["state"]),
+        ("blocked reason", view["blocked_reason"]),
+        ("revision", view["revision"]),
+        ("trigger", output.trigger_text(view["trigger"])),
+        ("zone", output.zone_label(view["trigger"])),
+        ("next due (UTC)", output.utc_text(view["next_due"])),
+        ("next due (local)", output.local_text(view["next_due"], zone)),
+        ("pending", view.get("pending")),
+        ("command", run["command"]),
+        ("cwd", run["cwd"]),
+        ("env", run["env"] or None),
+        ("timeout", run["timeout"]),
+        ("kill grace", run["kill_grace"]),
+        ("interrupt exit code", run["interrupt_exit_code"]),
+        ("overlap", policy["overlap"]),
+        ("max active runs", policy["max_active_runs"]),
+        ("misfire", policy["misfire"]),
+        ("lateness", policy["lateness"]),
+        ("on failure", view["notify"]["on_failure"]),
+        ("input bindings", len(view["input"])),
+        ("active runs", view["active_runs"]),
+        ("created", view["created_at"]),
+        ("updated", view["updated_at"]),
+        ("deleted", view.get("deleted_at")),
+    ]
+    grid = output.table("field", "value")
+    grid.show_header = False
+    for name, value in fields:
+        if value is None and name in ("blocked reason", "pending", "deleted", "description"):
+            continue
+        output.add_row(grid, name, value)
+    output.show(state.get_console(), grid)
+
+
+# ---------------------------------------------------------------------- list
+
+
+@click.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Include deleted schedules.")
+@_json_option
+@pass_state
+def list_(state: CliState, show_all: bool, as_json: bool) -> None:
+    """List schedules: state, next due, last outcome, active runs."""
+    store = state.store(create=False)
+    items: list[dict[str, Any]] = []
+    if store is not None:
+        items = state.admin().list(include_deleted=show_all)
+    if as_json:
+        output.print_json({"items": items, "next_cursor": None})
+        return
+    if not items:
+        output.say("no schedules")
+        return
+    grid = output.table(
+        "ID",
+        "STATE",
+        "TRIGGER",
+        "ZONE",
+        "NEXT DUE (UTC)",
+        "NEXT DUE (LOCAL)",
+        "REV",
+        "LAST OUTCOME",
+        "ACTIVE",
+    )
+    for view in items:
+        zone = output.schedule_zone(view["trigger"])
+        output.add_row(
+            grid,
+            view["id"],
+            view["state"],
+            output.trigger_text(view["trigger"]),
+            output.zone_label(view["trigger"]),
+            output.utc_text(view["next_due"]),
+            output.local_text(view["next_due"], zone),
+            view["revision"],
+            view.get("last_outcome"),
+            view["active_runs"],
+        )
+    output.show(state.get_console(), grid)
+    for view in items:
+        if view["blocked_reason"]:
+            output.say(f"blocked {view['id']}: {view['blocked_reason']}")
+
+
+# -------------------------------------------------------------------- update
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=1),
+    required=True,
+    metavar="N",
+    help="The revision you changed (from `get`); a stale one is refused (exit 4).",
+)
+@pass_state
+def update(state: CliState, file: str, expected_revision: int) -> None:
+    """Replace a schedule's definition with FILE (`-` reads stdin)."""
+    defn = _load(state, file)
+    view, changed = state.admin().update(defn, expected_revision)
+    if changed:
+        output.say(f"updated {view['id']} (revision {view['revision']}); {_next_due_text(view)}")
+    else:
+        output.say(
+            f"unchanged {view['id']} (revision {view['revision']}): the definition is identical"
+        )
+
+
+# ---------------------------------------------------------------------- edit
+
+
+@click.command()
+@_id_argument()
+@pass_state
+def edit(state: CliState, schedule_id: str) -> None:
+    """Open a schedule's definition in $VISUAL / $EDITOR, then update it.
+
+    The update expects the revision read before editing, so a change made
+    meanwhile is refused (exit 4) instead of overwritten. An invalid edit
+    changes nothing (exit 2); the edited text is kept in a temporary file.
+    """
+    from wfsched.definition import parse_definition
+
+    admin = state.admin()
+    view = admin.get(schedule_id)
+    if view["state"] == "deleted":
+        raise ConflictError(
+            f"{schedule_id}: cannot edit a deleted schedule; its history stays readable with"
+            " `wfsched get`"
+        )
+    original, revision = _toml_of(admin, schedule_id)
+    edited = click.edit(original, extension=".toml", require_save=True)
+    if edited is None or edited == original:
+        output.say(f"nothing changed: {schedule_id} stays at revision {revision}")
+        return
+    source = f"{schedule_id}.toml (edited)"
+    try:
+        defn = parse_definition(edited, source, now=int(state.clock()))
+        if defn.id != schedule_id:
+            raise DefinitionError(
+                source,
+                "id",
+                f"changed from {schedule_id!r} to {defn.id!r}; edit cannot rename a schedule"
+                " (create the new one, then delete this one)",
+            )
+        view, changed = admin.update(defn, revision)
+    except WfschedError as exc:
+        kept = _keep(schedule_id, edited)
+        raise type(exc)(*_with_note(exc, f"your edit is kept in {kept}")) from None
+    if changed:
+        output.say(f"updated {schedule_id} (revision {view['revision']})")
+    else:
+        output.say(f"nothing changed: {schedule_id} stays at revision {revision}")
+
+
+def _keep(schedule_id: str, text: str) -> str:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(
+        "w", prefix=f"wfsched-edit-{schedule_id}-", suffix=".toml", delete=False
+    ) as handle:
+        handle.write(text)
+    return handle.name
+
+
+def _with_note(exc: WfschedError, note: str) -> tuple[Any, ...]:
+    if isinstance(exc, DefinitionError):
+        return (exc.source, exc.path, f"{exc.detail}; {note}")
+    return (f"{exc}; {note}",)
+
+
+# ------------------------------------------------------ pause, resume, delete
+
+
+@click.command()
+@_id_argument()
+@pass_state
+def pause(state: CliState, schedule_id: str) -> None:
+    """Stop admitting occurrences (running runs continue). Idempotent."""
+    _view, changed = state.admin().pause(schedule_id)
+    output.say(f"paused {schedule_id}" if changed else f"{schedule_id} is already paused")
+
+
+@click.command()
+@_id_argument()
+@pass_state
+def resume(state: CliState, schedule_id: str) -> None:
+    """Continue from the next future instant; the paused span is not replayed."""
+    view, changed = state.admin().resume(schedule_id)
+    if changed:
+        output.say(f"resumed {schedule_id}; {_next_due_text(view)}")
+    else:
+        output.say(f"{schedule_id} is not paused")
+
+
+@click.command()
+@_id_argument()
+@pass_state
+def delete(state: CliState, schedule_id: str) -> None:
+    """Delete a schedule: no more admissions; runs finish, history stays.
+
+    The id can never be used again.
+    """
+    _view, changed = state.admin().delete(schedule_id)
+    if changed:
+        output.say(
+            f"deleted {schedule_id}; its history stays readable"
+            f" (`wfsched get {schedule_id}`, `wfsched occurrences {schedule_id}`)"
+        )
+    else:
+        output.say(f"{schedule_id} is already deleted")
+
+
+# ---------------------------------------------------------------------- next
+
+_NOTES = {
+    "dst-gap-shifted": "DST gap: wall time did not exist, moved forward",
+    "dst-fold-repeat": "DST fold: second of a repeated wall time",
+}
+
+
+@click.command("next")
+@_id_argument()
+@click.option("--count", type=int, default=5, show_default=True, help="How many (1-1000).")
+@click.option(
+    "--after", metavar="TIME", help="Start after this RFC 3339 time (with offset) instead of now."
+)
+@_json_option
+@pass_state
+def next_(state: CliState, schedule_id: str, count: int, after: str | None, as_json: bool) -> None:
+    """Upcoming instants in UTC and local time, marking DST gaps and folds."""
+    items = state.admin().next(schedule_id, count=count, after=after)
+    if as_json:
+        output.print_json({"items": items})
+        return
+    if not items:
+        output.say(f"{schedule_id} has no upcoming instant")
+        return
+    grid = output.table("SCHEDULED (UTC)", "LOCAL", "NOTE")
+    for item in items:
+        note = item["note"]
+        output.add_row(grid, item["scheduled_at"], item["local"], _NOTES.get(note, note) or "")
+    output.show(state.get_console(), grid)
+
+
+# --------------------------------------------------------------- occurrences
+
+
+@click.command()
+@_id_argument()
+@click.option(
+    "--limit",
+    type=int,
+    default=DEFAULT_PAGE,
+    show_default=True,
+    help="Rows per page (1-100).",
+)
+@click.option("--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page.")
+@_json_option
+@pass_state
+def occurrences(
+    state: CliState, schedule_id: str, limit: int, cursor: str | None, as_json: bool
+) -> None:
+    """A schedule's history, oldest first, one page at a time.
+
+    A held candidate shows as a `pending` row at the top of the first page.
+    """
+    admin = state.admin()
+    items, next_cursor = admin.occurrences(schedule_id, limit=limit, cursor=cursor)
+    if as_json:
+        output.print_json({"items": items, "next_cursor": next_cursor})
+        return
+    if not items:
+        output.say(f"no occurrences recorded for {schedule_id} yet")
+    else:
+        zone = output.schedule_zone(admin.get(schedule_id)["trigger"])
+        grid = output.table("SCHEDULED (UTC)", "LOCAL", "STATE", "REV", "RUN", "REASON")
+        for item in items:
+            scheduled, local, state_text = _occurrence_cells(item, zone)
+            output.add_row(
+                grid, scheduled, local, state_text, item["revision"], item["run_id"], item["reason"]
+            )
+        output.show(state.get_console(), grid)
+    if next_cursor is not None:
+        more = f" --limit {limit}" if limit != DEFAULT_PAGE else ""
+        output.say(f"next page: wfsched occurrences {schedule_id} --page {next_cursor}{more}")
+
+
+def _occurrence_cells(item: dict[str, Any], zone: Any) -> tuple[str, str, str]:
+    if "count" not in item:
+        return (
+            item["scheduled_at"],
+            output.local_text(item["scheduled_at"], zone),
+            item["state"],
+        )
+    count = item["count"] if item["count"] is not None else "over 100"
+    return (
+        f"{item['first']} .. {item['last']}",
+        f"{output.local_text(item['first'], zone)} .. {output.local_text(item['last'], zone)}",
+        f"{item['state']} ({count} instants)",
+    )
+
+
+# -------------------------------------------------------------------- status
+
+
+@click.command()
+@_json_option
+@pass_state
+def status(state: CliState, as_json: bool) -> None:
+    """Is a supervisor running? Executing and interrupted runs, capacity, blocked."""
+    from wfsched.status import status as store_status
+    from wfsched.status import status_without_store
+
+    store = state.store(create=False)
+    if store is None:
+        info = status_without_store(state.resolved_store_path())
+    else:
+        info = store_status(store, clock=state.clock)
+    if as_json:
+        output.print_json(info)
+        return
+    supervisor = info["supervisor"]
+    if supervisor["running"]:
+        alive = f"running (pid {supervisor['pid']})"
+        if supervisor["started_at"]:
+            alive += f", started {supervisor['started_at']}"
+        if supervisor["last_tick_at"]:
+            alive += f", last tick {supervisor['last_tick_at']}"
+        if supervisor["stale"]:
+            alive += " - STALE: no tick for 3 poll intervals"
+    else:
+        alive = "not running; start one with `wfsched supervise`"
+    due = info["next_due"]
+    grid = output.table("field", "value")
+    grid.show_header = False
+    output.add_row(grid, "store", info["store"])
+    output.add_row(grid, "supervisor", alive)
+    output.add_row(grid, "executing", f"{info['executing']} of {info['max_concurrent_runs']}")
+    output.add_row(grid, "interrupted", info["interrupted"])
+    output.add_row(grid, "next due", f"{due['schedule_id']} at {due['at']}" if due else None)
+    output.add_row(grid, "blocked", len(info["blocked"]))
+    output.show(state.get_console(), grid)
+    for blocked in info["blocked"]:
+        output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")
+
+
+COMMANDS = (
+    validate,
+    create,
+    apply,
+    get,
+    list_,
+    update,
+    edit,
+    pause,
+    resume,
+    delete,
+    next_,
+    occurrences,
+    status,
+)
+
+
+def register(group: click.Group) -> None:
+    for command in COMMANDS:
+        group.add_command(command)

@@ -1,0 +1,102 @@
+"""`wfsched status`: is a supervisor running, how busy is it, what is stuck.
+
+Read-only. Whether a supervisor runs is answered by the kernel's lock table
+(`wfsched.ownership.holder`), never by taking the lock: even a brief probe
+could make a supervisor that is starting at that moment fail. The meta keys
+the supervisor writes (`pid`, `started_at`, `last_tick_at`, `poll_interval`,
+`max_concurrent_runs`; epoch floats as strings) only describe it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from wfsched.ownership import holder
+from wfsched.store import Store
+from wfsched.timeutil import Clock, format_event, format_instant, wall_clock
+
+DEFAULT_MAX_CONCURRENT_RUNS = 4
+DEFAULT_POLL_INTERVAL = 1.0
+"""Used for staleness only when the supervisor did not record its interval."""
+STALE_AFTER_POLLS = 3
+
+
+def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
+    """The status object (DESIGN section 8), with a few added fields.
+
+    `supervisor.stale` is true when a process holds the lock but has not
+    ticked for three poll intervals: alive but stuck (or its clock jumped).
+    """
+    pid = holder(store.lock_path)
+    with store.snapshot():
+        meta = {
+            key: store.get_meta(key)
+            for key in ("started_at", "last_tick_at", "poll_interval", "max_concurrent_runs")
+        }
+        counts = store.run_state_counts()
+        rows = store.list_schedules()
+    started_at = _number(meta["started_at"])
+    last_tick_at = _number(meta["last_tick_at"])
+    poll_interval = _number(meta["poll_interval"]) or DEFAULT_POLL_INTERVAL
+    capacity = _number(meta["max_concurrent_runs"])
+    running = pid is not None
+    seen = last_tick_at if last_tick_at is not None else started_at
+    stale = running and seen is not None and clock() - seen > STALE_AFTER_POLLS * poll_interval
+    due = min(
+        (row for row in rows if row.state == "active" and row.next_due is not None),
+        key=lambda row: (row.next_due, row.id),
+        default=None,
+    )
+    return {
+        "supervisor": {
+            "running": running,
+            "pid": pid,
+            "started_at": format_event(started_at),
+            "last_tick_at": format_event(last_tick_at),
+            "stale": stale,
+        },
+        "executing": counts.get("admitted", 0) + counts.get("running", 0),
+        "interrupted": counts.get("interrupted", 0),
+        "max_concurrent_runs": int(capacity) if capacity else DEFAULT_MAX_CONCURRENT_RUNS,
+        "next_due": None
+        if due is None
+        else {"schedule_id": due.id, "at": format_instant(due.next_due)},
+        "blocked": [
+            {"schedule_id": row.id, "reason": row.blocked_reason}
+            for row in rows
+            if row.blocked_reason
+        ],
+        "store": str(store.root),
+    }
+
+
+def status_without_store(root: Path) -> dict[str, Any]:
+    """The same shape for a store that does not exist yet (nothing to report)."""
+    return {
+        "supervisor": {
+            "running": False,
+            "pid": None,
+            "started_at": None,
+            "last_tick_at": None,
+            "stale": False,
+        },
+        "executing": 0,
+        "interrupted": 0,
+        "max_concurrent_runs": DEFAULT_MAX_CONCURRENT_RUNS,
+        "next_due": None,
+        "blocked": [],
+        "store": str(root),
+    }
+
+
+def _number(text: str | None) -> float | None:
+    """A meta value as a number; a missing or garbled one is unknown, not fatal."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
