@@ -1,0 +1,521 @@
+"""The fork server and the shim, with real processes (Linux only).
+
+Jobs that must stay alive while the test looks at them wait for a `go` file
+the test creates, rather than sleeping for a guessed time; every wait polls
+a deadline. A process counts as gone when it is absent or a zombie: some
+inits (a container's pid 1) never reap the orphans these tests create.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from wfsched.launcher import (
+    ExitRecord,
+    Launcher,
+    LauncherError,
+    LaunchSpec,
+    ShimHandle,
+    cancel_shim,
+    process_start_time,
+    read_exit_record,
+    read_shim_record,
+    shim_alive,
+)
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
+
+T = TypeVar("T")
+PATH = os.environ.get("PATH", os.defpath)
+WAIT_FOR_GO = "while [ ! -e go ]; do sleep 0.02; done"
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def stat_fields(pid: int) -> list[bytes] | None:
+    """Fields after comm: [state, ppid, pgrp, ...]; None if no such process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return raw[raw.rindex(b")") + 2 :].split()
+
+
+def gone(pid: int) -> bool:
+    fields = stat_fields(pid)
+    return fields is None or fields[0] in (b"Z", b"X")
+
+
+def live_group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = stat_fields(int(entry))
+            if fields and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                members.append(int(entry))
+    return members
+
+
+def open_paths(pid: int) -> list[str]:
+    paths = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return paths
+
+
+@pytest.fixture
+def launcher() -> Iterator[Launcher]:
+    with Launcher() as started:
+        yield started
+
+
+def make_spec(
+    tmp_path: Path,
+    argv: tuple[str, ...],
+    *,
+    attempt: int = 1,
+    timeout: int | None = None,
+    kill_grace: int = 1,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    stdin: bytes = b'{"answer": 42}\n',
+) -> LaunchSpec:
+    attempt_dir = tmp_path / "runs" / "run-000001" / f"attempt-{attempt}"
+    attempt_dir.mkdir(parents=True)
+    stdin_path = tmp_path / f"input-{attempt}.json"
+    stdin_path.write_bytes(stdin)
+    return LaunchSpec(
+        run_id="run-000001",
+        attempt=attempt,
+        argv=argv,
+        cwd=str(tmp_path) if cwd is None else cwd,
+        env={"PATH": PATH} if env is None else env,
+        stdin_path=str(stdin_path),
+        attempt_dir=str(attempt_dir),
+        timeout=timeout,
+        kill_grace=kill_grace,
+    )
+
+
+def wait_exit(spec: LaunchSpec, timeout: float = 10.0) -> ExitRecord:
+    return wait_for(lambda: read_exit_record(spec.attempt_dir), timeout, "the exit record")
+
+
+def log(spec: LaunchSpec, name: str) -> str:
+    return Path(spec.attempt_dir, name).read_text()
+
+
+# -- outcomes ----------------------------------------------------------------------
+
+
+def test_exit_zero_writes_records_and_logs(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, ("sh", "-c", "echo out; echo err >&2"))
+    before = time.time()
+    handle = launcher.spawn(spec)
+    record = wait_exit(spec)
+
+    assert record.attempt == 1
+    assert (record.outcome, record.exit_code, record.signal, record.reason) == (
+        "exited",
+        0,
+        None,
+        None,
+    )
+    assert before <= record.started_at <= record.finished_at <= time.time()
+    assert read_shim_record(spec.attempt_dir) == handle
+    assert log(spec, "stdout.log") == "out\n"
+    assert log(spec, "stderr.log") == "err\n"
+    # Renamed into place: no temporary file left behind.
+    assert sorted(os.listdir(spec.attempt_dir)) == [
+        "exit.json",
+        "shim.json",
+        "stderr.log",
+        "stdout.log",
+    ]
+
+
+def test_nonzero_exit(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, ("sh", "-c", "exit 3"), attempt=2)
+    launcher.spawn(spec)
+    record = wait_exit(spec)
+    assert (record.attempt, record.outcome, record.exit_code) == (2, "exited", 3)
+    assert record.reason == "exited with code 3"
+
+
+def test_killed_by_signal(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, ("sh", "-c", "kill -9 $$"))
+    launcher.spawn(spec)
+    record = wait_exit(spec)
+    assert (record.outcome, record.exit_code, record.signal) == ("signaled", None, 9)
+    assert record.reason == "killed by signal 9 (SIGKILL)"
+
+
+def test_timeout_terminates_the_whole_group(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(
+        tmp_path,
+        ("sh", "-c", "echo $$ > pgid; sleep 30 & echo $! > child; wait"),
+        timeout=1,
+        kill_grace=1,
+    )
+    start = time.monotonic()
+    launcher.spawn(spec)
+    record = wait_exit(spec, timeout=8)
+    elapsed = time.monotonic() - start
+
+    assert record.outcome == "timeout"
+    assert record.reason == "timed out after 1s; process group terminated"
+    assert record.signal == signal.SIGTERM
+    assert 1 <= elapsed < 5
+    pgid = int((tmp_path / "pgid").read_text())
+    child = int((tmp_path / "child").read_text())
+    assert gone(child)
+    assert live_group_members(pgid) == []
+
+
+def test_timeout_escalates_to_sigkill_after_grace(launcher: Launcher, tmp_path: Path) -> None:
+    # The shell and its background sleep both ignore SIGTERM.
+    spec = make_spec(
+        tmp_path,
+        ("sh", "-c", "trap '' TERM; echo $$ > pgid; sleep 30 & wait"),
+        timeout=1,
+        kill_grace=1,
+    )
+    start = time.monotonic()
+    launcher.spawn(spec)
+    record = wait_exit(spec, timeout=8)
+
+    assert time.monotonic() - start >= 2  # timeout + full grace
+    assert record.outcome == "timeout"
+    assert record.reason == ("timed out after 1s; process group killed (SIGKILL after 1s grace)")
+    assert record.signal == signal.SIGKILL
+    assert live_group_members(int((tmp_path / "pgid").read_text())) == []
+
+
+def test_cancel_terminates_the_group(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(
+        tmp_path, ("sh", "-c", f"echo $$ > pgid; sleep 30 & echo $! > child; {WAIT_FOR_GO}")
+    )
+    handle = launcher.spawn(spec)
+    wait_for(lambda: (tmp_path / "child").exists(), what="the job to start")
+
+    assert cancel_shim(handle)
+    record = wait_exit(spec)
+    assert record.outcome == "cancelled"
+    assert record.reason == "cancelled; process group terminated"
+    assert gone(int((tmp_path / "child").read_text()))
+    assert live_group_members(int((tmp_path / "pgid").read_text())) == []
+    wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+    assert not cancel_shim(handle)
+
+
+def test_normal_exit_leaves_background_children_alone(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, ("sh", "-c", f"({WAIT_FOR_GO}) & echo $! > child"))
+    launcher.spawn(spec)
+    assert wait_exit(spec).outcome == "exited"
+    child = int((tmp_path / "child").read_text())
+    try:
+        assert not gone(child)
+    finally:
+        (tmp_path / "go").touch()
+    wait_for(lambda: gone(child), what="the background child to finish")
+
+
+# -- spawn failures never crash the shim --------------------------------------------
+
+
+def test_missing_executable(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, ("wfsched-no-such-command", "--flag"))
+    launcher.spawn(spec)
+    record = wait_exit(spec)
+    assert (record.outcome, record.exit_code, record.signal) == ("spawn-failed", None, None)
+    assert record.reason == "cannot execute 'wfsched-no-such-command': No such file or directory"
+
+
+def test_bad_cwd(launcher: Launcher, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-dir")
+    spec = make_spec(tmp_path, ("true",), cwd=missing)
+    launcher.spawn(spec)
+    record = wait_exit(spec)
+    assert record.outcome == "spawn-failed"
+    assert record.reason == f"cannot change to directory {missing!r}: No such file or directory"
+
+
+def test_not_executable(launcher: Launcher, tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    spec = make_spec(tmp_path, (str(script),))
+    launcher.spawn(spec)
+    record = wait_exit(spec)
+    assert record.outcome == "spawn-failed"
+    assert record.reason == f"cannot execute {str(script)!r}: Permission denied"
+
+
+def test_missing_input_file(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, ("cat",))
+    os.unlink(spec.stdin_path)
+    launcher.spawn(spec)
+    record = wait_exit(spec)
+    assert record.outcome == "spawn-failed"
+    assert record.reason is not None
+    assert spec.stdin_path in record.reason
+
+
+# -- what the command sees ----------------------------------------------------------
+
+
+def test_environment_is_exactly_the_given_one(
+    launcher: Launcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WFSCHED_TEST_LEAK", "must not reach the job")
+    spec = make_spec(
+        tmp_path,
+        ("env",),
+        env={"PATH": PATH, "WFSCHED_RUN_ID": "run-000001", "ODD": "a b=c"},
+    )
+    launcher.spawn(spec)
+    assert wait_exit(spec).outcome == "exited"
+    assert sorted(log(spec, "stdout.log").splitlines()) == sorted(
+        [f"PATH={PATH}", "WFSCHED_RUN_ID=run-000001", "ODD=a b=c"]
+    )
+
+
+def test_stdin_is_the_input_file_and_cwd_is_applied(launcher: Launcher, tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    spec = make_spec(tmp_path, ("sh", "-c", "cat; pwd"), cwd=str(workdir), stdin=b'{"x": 1}\n')
+    launcher.spawn(spec)
+    assert wait_exit(spec).outcome == "exited"
+    assert log(spec, "stdout.log") == f'{{"x": 1}}\n{workdir}\n'
+
+
+def test_command_gets_default_signals_and_only_three_fds(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    # The server ignores SIGINT/SIGHUP/SIGTERM and blocks SIGTERM; none of
+    # that may leak into a job, nor any fd of the server or the shim.
+    spec = make_spec(
+        tmp_path, ("sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/$$/status; ls /proc/$$/fd")
+    )
+    launcher.spawn(spec)
+    assert wait_exit(spec).outcome == "exited"
+    lines = log(spec, "stdout.log").split()
+    assert lines[:4] == ["SigBlk:", "0000000000000000", "SigIgn:", "0000000000000000"]
+    assert lines[4:] == ["0", "1", "2"]
+
+
+# -- records -------------------------------------------------------------------------
+
+
+def test_shim_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, ("sh", "-c", WAIT_FOR_GO))
+    handle = launcher.spawn(spec)
+    assert handle.start_time == process_start_time(handle.pid)
+    assert wait_for(lambda: read_shim_record(spec.attempt_dir), what="shim.json") == handle
+    assert shim_alive(handle)
+    # Same pid, another start time: a reused pid is not our shim.
+    impostor = ShimHandle(handle.pid, handle.start_time + 1)
+    assert not shim_alive(impostor)
+    assert not cancel_shim(impostor)
+
+    (tmp_path / "go").touch()
+    assert wait_exit(spec).outcome == "exited"
+    wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+    assert process_start_time(2**22 + 1) is None
+    assert not shim_alive(ShimHandle(2**22 + 1, 1))
+
+
+def test_exit_record_reader(tmp_path: Path) -> None:
+    assert read_exit_record(str(tmp_path)) is None
+    assert read_shim_record(str(tmp_path)) is None
+    good = {
+        "attempt": 2,
+        "outcome": "timeout",
+        "exit_code": None,
+        "signal": 15,
+        "reason": "timed out after 2h; process group terminated",
+        "started_at": 10,
+        "finished_at": 7210.5,
+        "run_id": "run-000001",  # extra fields are ignored
+    }
+    (tmp_path / "exit.json").write_text(json.dumps(good))
+    assert read_exit_record(str(tmp_path)) == ExitRecord(
+        2, "timeout", None, 15, "timed out after 2h; process group terminated", 10.0, 7210.5
+    )
+    broken: list[str] = [
+        json.dumps(good)[:30],  # torn write
+        "",
+        "[]",
+        json.dumps({**good, "outcome": "vanished"}),
+        json.dumps({**good, "attempt": "2"}),
+        json.dumps({**good, "exit_code": True}),
+        json.dumps({k: v for k, v in good.items() if k != "finished_at"}),
+    ]
+    for text in broken:
+        (tmp_path / "exit.json").write_text(text)
+        with pytest.raises(ValueError, match=r"exit\.json"):
+            read_exit_record(str(tmp_path))
+    (tmp_path / "shim.json").write_text('{"pid": 12}')
+    with pytest.raises(ValueError, match="start_time"):
+        read_shim_record(str(tmp_path))
+
+
+# -- the server ----------------------------------------------------------------------
+
+
+def test_server_reports_reaped_shims(launcher: Launcher, tmp_path: Path) -> None:
+    specs = [make_spec(tmp_path, ("true",), attempt=n) for n in (1, 2, 3)]
+    pids = {launcher.spawn(spec).pid for spec in specs}
+    reported: set[int] = set()
+    with selectors.DefaultSelector() as selector:
+        selector.register(launcher.fileno(), selectors.EVENT_READ)
+
+        def all_reported() -> bool:
+            if selector.select(timeout=0.5):
+                reported.update(launcher.drain_exits())
+            return pids <= reported
+
+        wait_for(all_reported, what="the reaped pids")
+    assert reported == pids
+    assert launcher.drain_exits() == []  # non-blocking when nothing is new
+
+
+def test_spawn_errors_and_stop(tmp_path: Path) -> None:
+    launcher = Launcher()
+    spec = make_spec(tmp_path, ("sh", "-c", f"{WAIT_FOR_GO}; echo done"))
+    with pytest.raises(LauncherError, match="not started"):
+        launcher.spawn(spec)
+    launcher.start()
+    with pytest.raises(RuntimeError):
+        launcher.start()
+    missing = LaunchSpec(**{**spec.__dict__, "attempt_dir": str(tmp_path / "nowhere")})
+    with pytest.raises(LauncherError, match="attempt directory"):
+        launcher.spawn(missing)
+    handle = launcher.spawn(spec)
+    server = launcher.server_pid
+    assert server is not None
+
+    launcher.stop()
+    launcher.stop()  # idempotent
+    assert gone(server)
+    assert shim_alive(handle)  # stop() never touches running shims
+    with pytest.raises(LauncherError):
+        launcher.spawn(spec)
+    (tmp_path / "go").touch()
+    assert wait_exit(spec).outcome == "exited"
+    assert log(spec, "stdout.log") == "done\n"
+
+
+def test_server_death_is_reported(tmp_path: Path) -> None:
+    with Launcher() as launcher:
+        assert launcher.server_pid is not None
+        os.kill(launcher.server_pid, signal.SIGKILL)
+        with selectors.DefaultSelector() as selector:
+            selector.register(launcher.fileno(), selectors.EVENT_READ)
+            assert selector.select(timeout=10)
+        with pytest.raises(LauncherError, match="exited"):
+            launcher.drain_exits()
+        with pytest.raises(LauncherError):
+            launcher.spawn(make_spec(tmp_path, ("true",)))
+
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from filelock import FileLock
+    from wfsched.launcher import Launcher, LaunchSpec
+
+    work, order = sys.argv[1], sys.argv[2]
+    lock = FileLock(os.path.join(work, "supervisor.lock"), timeout=0)
+    if order == "lock-first":
+        lock.acquire()
+    launcher = Launcher()
+    launcher.start()
+    if order == "launcher-first":
+        lock.acquire()
+    attempt_dir = os.path.join(work, "attempt-1")
+    os.mkdir(attempt_dir)
+    handle = launcher.spawn(LaunchSpec(
+        run_id="run-000001", attempt=1,
+        argv=("sh", "-c", "while [ ! -e go ]; do sleep 0.02; done; echo done > done.txt"),
+        cwd=work, env={"PATH": os.environ["PATH"]}, stdin_path=os.devnull,
+        attempt_dir=attempt_dir, timeout=None, kill_grace=1,
+    ))
+    with open(os.path.join(work, "ready.tmp"), "w") as ready:
+        json.dump({"pid": handle.pid, "start_time": handle.start_time,
+                   "server": launcher.server_pid}, ready)
+    os.rename(os.path.join(work, "ready.tmp"), os.path.join(work, "ready.json"))
+    signal.pause()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["launcher-first", "lock-first"])
+def test_shim_outlives_a_killed_owner_and_the_lock_dies_with_it(tmp_path: Path, order: str) -> None:
+    driver_py = tmp_path / "driver.py"
+    driver_py.write_text(DRIVER)
+    lock_path = tmp_path / "supervisor.lock"
+    with open(tmp_path / "driver.err", "wb") as err:
+        driver = subprocess.Popen(
+            [sys.executable, str(driver_py), str(tmp_path), order],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        wait_for(
+            lambda: (tmp_path / "ready.json").exists() or driver.poll() is not None,
+            what="the driver to spawn its job",
+        )
+        assert driver.poll() is None, (tmp_path / "driver.err").read_text()
+        ready = json.loads((tmp_path / "ready.json").read_text())
+        handle = ShimHandle(ready["pid"], ready["start_time"])
+        server = ready["server"]
+        # Neither the server nor the shim holds the lock file, even when the
+        # lock was taken before the server was forked.
+        for pid in (server, handle.pid):
+            assert str(lock_path) not in open_paths(pid)
+    finally:
+        driver.kill()
+        driver.wait(timeout=10)
+
+    assert shim_alive(handle)
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if anyone still holds it
+    finally:
+        os.close(fd)
+    assert shim_alive(handle)  # the lock was free while the shim lived
+
+    wait_for(lambda: gone(server), what="the orphaned fork server to exit")
+    (tmp_path / "go").touch()
+    record = wait_for(
+        lambda: read_exit_record(str(tmp_path / "attempt-1")), what="the job's exit record"
+    )
+    assert (record.outcome, record.exit_code) == ("exited", 0)
+    assert (tmp_path / "done.txt").read_text() == "done\n"
+    wait_for(lambda: not shim_alive(handle), what="the shim to exit")

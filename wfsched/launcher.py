@@ -1,0 +1,866 @@
+"""All process handling of wfsched: the warm fork server, the per-run shim and
+the records they leave in each attempt directory. Linux only (/proc, pidfds,
+close_range, PR_SET_CHILD_SUBREAPER; kernel >= 5.3).
+
+Process tree::
+
+    supervisor ──request pipe──▶ fork server  (forked once by Launcher.start)
+               ◀──reply pipe───      │
+               ◀──exit pipe────      └─ shim  (one per attempt; own session)
+                                          └─ command  (own process group)
+
+Why a fork server: starting a fresh interpreter per run costs 70-100 ms; a
+fork of a small, already-warm process costs about 1 ms. Why not fork the
+supervisor itself: by then it holds `supervisor.lock` and SQLite handles, and
+a shim that inherited the lock's open file description would keep the store
+"owned" after the supervisor died. The server is forked before the lock is
+taken and closes every inherited fd anyway, and each shim closes every fd it
+did not open itself.
+
+Why a shim: it is the command's parent, so it sees the exit status even while
+the supervisor is down, enforces the timeout, and writes `exit.json`
+atomically; recovery then ingests that record (`read_exit_record`) or
+re-adopts the live shim (`read_shim_record` + `shim_alive`).
+
+Files in an attempt directory: `shim.json` (pid + start time, written by the
+shim first thing), `stdout.log`, `stderr.log` (the command's output; also the
+shim's own traceback should the shim itself break), `exit.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from types import FrameType
+from typing import Any, NoReturn
+
+from wfsched.errors import OperationError
+
+SHIM_RECORD = "shim.json"
+EXIT_RECORD = "exit.json"
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+
+OUTCOMES = frozenset({"exited", "signaled", "timeout", "cancelled", "spawn-failed"})
+
+_HEADER = struct.Struct("!I")  # length prefix of a request or reply
+_PID = struct.Struct("=i")  # one reaped shim pid on the exit pipe
+_SERVER_STOP_WAIT = 5.0  # seconds stop() waits for the server before SIGKILL
+_KILLED_GROUP_WAIT = 5.0  # seconds a shim waits for a SIGKILLed group to vanish
+_GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
+_SHIM_BROKEN = 70  # EX_SOFTWARE: the shim itself failed (see stderr.log)
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class LauncherError(OperationError, OSError):
+    """The fork server cannot launch (gone, fork failed, bad request).
+
+    An OSError too: to the caller it is one more way a process fails to start.
+    """
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything a shim needs; it crosses a pipe as JSON, so plain data only."""
+
+    run_id: str
+    attempt: int
+    argv: tuple[str, ...]
+    cwd: str | None
+    env: dict[str, str]
+    stdin_path: str
+    attempt_dir: str
+    timeout: int | None
+    kill_grace: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> LaunchSpec:
+        return cls(**{**data, "argv": tuple(data["argv"])})
+
+
+@dataclass(frozen=True)
+class ShimHandle:
+    """A shim's identity: pid alone is reused by the kernel, pid + starttime is not."""
+
+    pid: int
+    start_time: int
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    attempt: int
+    outcome: str
+    exit_code: int | None
+    signal: int | None
+    reason: str | None
+    started_at: float
+    finished_at: float
+
+
+# --------------------------------------------------------------------------
+# /proc and records: used by the supervisor, recovery and the shim alike.
+
+
+def _read_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, starttime) from /proc/<pid>/stat, or None if no such process."""
+    if pid <= 0:
+        return None
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        raw = os.read(fd, 4096)  # one read: /proc generates the line whole
+    except ProcessLookupError:  # exited and reaped between open and read
+        return None
+    finally:
+        os.close(fd)
+    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[19])
+
+
+def process_start_time(pid: int) -> int | None:
+    """Clock ticks after boot at which `pid` started (zombies included); None if absent."""
+    stat = _read_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def shim_alive(handle: ShimHandle) -> bool:
+    """True while that very process runs: same starttime (not a reused pid), not a zombie.
+
+    A finished shim can stay a zombie for a while (the fork server reaps it,
+    but after the supervisor died its new parent may never do so), so a zombie
+    counts as gone.
+    """
+    stat = _read_stat(handle.pid)
+    return stat is not None and stat[0] not in "ZX" and stat[1] == handle.start_time
+
+
+def cancel_shim(handle: ShimHandle) -> bool:
+    """SIGTERM the shim (never the command directly); returns whether it was signalled.
+
+    The shim then terminates the command's process group (SIGTERM, kill_grace,
+    SIGKILL) and records outcome "cancelled". The check and the kill go
+    through one pidfd, so a pid reused between them cannot be hit.
+    """
+    try:
+        pidfd = os.pidfd_open(handle.pid)
+    except ProcessLookupError:
+        return False
+    except OSError:  # no pidfd support: accept the tiny check-then-kill race
+        if not shim_alive(handle):
+            return False
+        try:
+            os.kill(handle.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return False
+        return True
+    try:
+        if not shim_alive(handle):
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(pidfd)
+
+
+def _load_record(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as record:
+            raw = record.read()
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+        raise ValueError(f"{path}: not a valid record ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a valid record (expected a JSON object)")
+    return data
+
+
+def _field(data: dict[str, Any], key: str, types: tuple[type, ...], path: str) -> Any:
+    value = data.get(key, _MISSING)
+    # bool is an int subclass; a true/false where a number belongs is corruption.
+    if value is _MISSING or isinstance(value, bool) or not isinstance(value, types):
+        names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+        raise ValueError(f"{path}: field {key!r} must be {names}, got {value!r}")
+    return value
+
+
+_MISSING = object()
+
+
+def read_shim_record(attempt_dir: str) -> ShimHandle | None:
+    """The shim's own pid record; lets recovery re-adopt a shim whose pid never reached the db."""
+    path = os.path.join(attempt_dir, SHIM_RECORD)
+    data = _load_record(path)
+    if data is None:
+        return None
+    return ShimHandle(
+        pid=_field(data, "pid", (int,), path), start_time=_field(data, "start_time", (int,), path)
+    )
+
+
+def read_exit_record(attempt_dir: str) -> ExitRecord | None:
+    """The attempt's exit record; None if absent, ValueError if corrupt or partial.
+
+    The shim renames a complete, fsynced file into place, so a partial file
+    means outside interference: the caller blocks the schedule with the message.
+    """
+    path = os.path.join(attempt_dir, EXIT_RECORD)
+    data = _load_record(path)
+    if data is None:
+        return None
+    outcome = _field(data, "outcome", (str,), path)
+    if outcome not in OUTCOMES:
+        raise ValueError(f"{path}: unknown outcome {outcome!r}")
+    return ExitRecord(
+        attempt=_field(data, "attempt", (int,), path),
+        outcome=outcome,
+        exit_code=_field(data, "exit_code", (int, type(None)), path),
+        signal=_field(data, "signal", (int, type(None)), path),
+        reason=_field(data, "reason", (str, type(None)), path),
+        started_at=float(_field(data, "started_at", (int, float), path)),
+        finished_at=float(_field(data, "finished_at", (int, float), path)),
+    )
+
+
+def _write_record(attempt_dir: str, name: str, data: dict[str, Any], *, durable: bool) -> None:
+    """tmp + rename so readers never see half a record; `durable` adds the fsyncs
+    that make an exit record survive a power cut once the shim has exited."""
+    path = os.path.join(attempt_dir, name)
+    tmp = f"{path}.tmp"
+    payload = json.dumps(data, separators=(",", ":")).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, payload)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        dir_fd = os.open(attempt_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+# --------------------------------------------------------------------------
+# Pipe plumbing.
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    """Blocking read of exactly `size` bytes; None at EOF (the other side is gone)."""
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = os.read(fd, size - len(chunks))
+        if not chunk:
+            return None
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _read_message(fd: int) -> bytes | None:
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    return _read_exact(fd, _HEADER.unpack(header)[0])
+
+
+def _send_message(fd: int, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    _write_all(fd, _HEADER.pack(len(body)) + body)
+
+
+def _wait_child(pid: int, timeout: float) -> bool:
+    """Reap our child `pid` if it exits within `timeout`; True once it is gone."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already, or no pidfd support: waitpid alone then
+        pidfd = -1
+    try:
+        if pidfd >= 0:
+            ready, _, _ = select.select([pidfd], [], [], timeout)
+            if not ready:
+                return False
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # already reaped (e.g. by a waitpid(-1) elsewhere)
+        pass
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    return True
+
+
+# --------------------------------------------------------------------------
+# The supervisor's side.
+
+
+class Launcher:
+    """Client of the fork server. Thread-safe; one server per Launcher.
+
+    Call `start()` before taking `supervisor.lock`, opening SQLite or starting
+    any thread: `fork()` copies only the calling thread, and a lock another
+    thread held at that instant stays held forever in the child.
+
+    No other process may inherit the request pipe (it is close-on-exec; only a
+    bare `os.fork()` elsewhere in the supervisor would leak it), because the
+    server exits when that pipe reaches EOF, i.e. when the supervisor dies.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server_pid: int | None = None
+        self._req_w = -1
+        self._reply_r = -1
+        self._exit_r = -1
+        self._partial = b""  # a pid record split across reads
+
+    @property
+    def server_pid(self) -> int | None:
+        return self._server_pid
+
+    def __enter__(self) -> Launcher:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Fork the fork server now; it inherits no lock or database handle."""
+        with self._lock:
+            if self._server_pid is not None:
+                raise RuntimeError("Launcher already started")
+            if threading.active_count() > 1:
+                warnings.warn(
+                    "Launcher.start() with other threads running: the forked server may"
+                    " inherit a lock one of them held; start it first thing",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            req_r, req_w = os.pipe()
+            reply_r, reply_w = os.pipe()
+            exit_r, exit_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child; tests observe it
+                _server_main(req_r, reply_w, exit_w)
+            for fd in (req_r, reply_w, exit_w):
+                os.close(fd)
+            os.set_blocking(exit_r, False)
+            self._server_pid = pid
+            self._req_w, self._reply_r, self._exit_r = req_w, reply_r, exit_r
+            self._partial = b""
+
+    def spawn(self, spec: LaunchSpec) -> ShimHandle:
+        """Have the server fork a shim for `spec`; returns once the shim exists.
+
+        The exit of the shim is reported later through `fileno()` /
+        `drain_exits()`; its outcome is in `exit.json`.
+        """
+        if not os.path.isdir(spec.attempt_dir):
+            # Without it the shim could write neither shim.json nor exit.json.
+            raise LauncherError(f"{spec.attempt_dir}: attempt directory does not exist")
+        request = asdict(spec)
+        # Records are for recovery: store no path relative to some cwd.
+        request["attempt_dir"] = os.path.abspath(spec.attempt_dir)
+        request["stdin_path"] = os.path.abspath(spec.stdin_path)
+        with self._lock:
+            if self._server_pid is None:
+                raise LauncherError("the launcher is not started")
+            try:
+                _send_message(self._req_w, request)
+                reply = _read_message(self._reply_r)
+            except OSError as exc:  # EPIPE: the server is gone
+                raise LauncherError(f"the fork server is gone ({exc})") from exc
+        if reply is None:
+            raise LauncherError("the fork server exited; runs cannot be launched")
+        data = json.loads(reply)
+        if "error" in data:
+            raise LauncherError(f"cannot launch {spec.run_id}: {data['error']}")
+        return ShimHandle(pid=data["pid"], start_time=data["start_time"])
+
+    def fileno(self) -> int:
+        """Readable once the server reported reaped shims (or exited)."""
+        if self._exit_r < 0:
+            raise ValueError("the launcher is not started")
+        return self._exit_r
+
+    def drain_exits(self) -> list[int]:
+        """Pids of shims reaped since the last call; never blocks.
+
+        Raises LauncherError when the server has exited unexpectedly (its pipe
+        is at EOF and would stay readable): the supervisor then must stop() and
+        start() again, or stop; shims already running are unaffected, but their
+        exits are no longer reported here (poll shim_alive / exit records).
+        """
+        if self._exit_r < 0:
+            return []
+        data, eof = self._partial, False
+        while True:
+            try:
+                chunk = os.read(self._exit_r, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                eof = True
+                break
+            data += chunk
+        whole = len(data) - len(data) % _PID.size
+        self._partial = data[whole:]
+        pids = [pid for (pid,) in _PID.iter_unpack(data[:whole])]
+        if eof and not pids:
+            raise LauncherError("the fork server exited unexpectedly; runs cannot be launched")
+        return pids
+
+    def stop(self) -> None:
+        """End the server (idempotent); running shims are not touched.
+
+        Closing the request pipe is the stop signal, the same EOF the server
+        sees when the supervisor dies. Unregister `fileno()` from selectors
+        first: it is closed here.
+        """
+        with self._lock:
+            pid = self._server_pid
+            if pid is None:
+                return
+            os.close(self._req_w)
+            if not _wait_child(pid, _SERVER_STOP_WAIT):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                _wait_child(pid, _SERVER_STOP_WAIT)
+            os.close(self._reply_r)
+            os.close(self._exit_r)
+            self._server_pid = None
+            self._req_w = self._reply_r = self._exit_r = -1
+
+
+# --------------------------------------------------------------------------
+# Helpers shared by the server and the shim (both run in forked children).
+
+
+def _set_comm(name: bytes) -> None:
+    """Name the process for ps/top/pgrep (15 bytes max); cosmetic, so never fatal."""
+    with contextlib.suppress(OSError):
+        fd = os.open("/proc/self/comm", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, name)
+        finally:
+            os.close(fd)
+
+
+def _close_fds_except(keep: Iterable[int]) -> None:
+    """Close every fd not in `keep` (close_range under the hood: microseconds)."""
+    low = 0
+    for fd in sorted(set(keep)):
+        if low < fd:  # closerange(n, n) would become close_range(n, UINT_MAX)
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(os.sysconf("SC_OPEN_MAX"), 65536))
+
+
+def _noop_handler(signum: int, frame: FrameType | None) -> None:
+    """Installed only so the signal reaches the wakeup fd; the loop does the work."""
+
+
+def _load_libc() -> Any:
+    """libc through ctypes, loaded once in the server so each shim does not dlopen it."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True)
+    except (ImportError, OSError):
+        return None
+
+
+# --------------------------------------------------------------------------
+# The fork server: a forked child of the supervisor, never returning to it.
+
+
+def _server_main(req_r: int, reply_w: int, exit_w: int) -> NoReturn:
+    code = _SHIM_BROKEN
+    try:
+        _serve(req_r, reply_w, exit_w)
+        code = 0
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        # Never unwind into the supervisor's frames, run its atexit handlers
+        # or flush its stdio buffers a second time.
+        os._exit(code)
+
+
+def _serve(req_r: int, reply_w: int, exit_w: int) -> None:
+    # Objects inherited from the supervisor must never be finalized here: a
+    # file object's finalizer would close an fd number we have reused since.
+    gc.freeze()
+    signal.set_wakeup_fd(-1)  # a supervisor's wakeup fd is about to be closed
+    _set_comm(b"wfsched-launch")
+    # A supervisor's Python handlers (drain flags...) mean nothing here. The
+    # server lives exactly as long as its request pipe, so it ignores the
+    # terminal's SIGINT/SIGHUP and systemd's SIGTERM (it must keep reporting
+    # exits while the supervisor drains). SIGTERM is also blocked so each shim
+    # is born with it blocked: an early cancel stays pending until the shim's
+    # handler is in place instead of killing it before it writes any record.
+    for signum in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            if callable(signal.getsignal(signum)):
+                signal.signal(signum, signal.SIG_DFL)
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    # Computed once here rather than per shim: see _run_shim.
+    ignored = frozenset(
+        signum
+        for signum in signal.valid_signals()
+        if signum != signal.SIGTERM and signal.getsignal(signum) == signal.SIG_IGN
+    )
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    # Belt and braces: started before the lock and the database, but close
+    # everything but our pipes and stderr (kept for a traceback) regardless.
+    _close_fds_except({0, 1, 2, req_r, reply_w, exit_w})
+    libc = _load_libc()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, _noop_handler)
+    # Never block on the exit pipe: a supervisor that is busy in spawn() is
+    # not reading it, and a full pipe would then deadlock both processes.
+    os.set_blocking(exit_w, False)
+    backlog = bytearray()
+    poller = select.poll()
+    poller.register(req_r, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    watching_exit_w = False
+    while True:
+        if bool(backlog) != watching_exit_w:
+            if backlog:
+                poller.register(exit_w, select.POLLOUT)
+            else:
+                poller.unregister(exit_w)
+            watching_exit_w = not watching_exit_w
+        events = dict(poller.poll())
+        if wake_r in events:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake_r, 4096):
+                    pass
+        if req_r in events:
+            request = _read_message(req_r)
+            if request is None:
+                return  # the supervisor closed the pipe or died; shims live on
+            _send_message(reply_w, _fork_shim(request, libc, ignored))
+        _reap_shims(backlog)
+        if backlog:
+            try:
+                del backlog[: os.write(exit_w, backlog)]
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                backlog.clear()  # nobody listens any more; EOF on requests follows
+
+
+def _reap_shims(backlog: bytearray) -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        backlog += _PID.pack(pid)
+
+
+def _fork_shim(request: bytes, libc: Any, ignored: frozenset[int]) -> dict[str, Any]:
+    """Fork one shim; returns the reply for the supervisor."""
+    try:
+        spec = LaunchSpec.from_wire(json.loads(request))
+    except (ValueError, TypeError, KeyError) as exc:
+        return {"error": f"malformed launch request ({exc})"}
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"fork failed ({exc.strerror or exc})"}
+    if pid == 0:  # pragma: no cover - runs in the shim
+        _shim_main(spec, libc, ignored)
+    # The child exists (at worst as an unreaped zombie), so this cannot miss.
+    return {"pid": pid, "start_time": process_start_time(pid) or 0}
+
+
+# --------------------------------------------------------------------------
+# The shim: one per attempt, a grandchild of the supervisor.
+
+
+def _shim_main(spec: LaunchSpec, libc: Any, ignored: frozenset[int]) -> NoReturn:
+    code = _SHIM_BROKEN
+    try:
+        _run_shim(spec, libc, ignored)
+        code = 0
+    except BaseException:
+        # fd 2 is stderr.log by now (or /dev/null if the shim broke earlier).
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+class _Shim:
+    """Process-wide state of a shim (it runs exactly one command)."""
+
+    cancelled = False  # set by the SIGTERM handler, acted on by the wait loop
+    # Kept referenced until os._exit: a collected Popen whose child it never
+    # reaped itself would warn into stderr.log and queue itself for reaping.
+    command: subprocess.Popen[bytes] | None = None
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _Shim.cancelled = True
+
+
+def _run_shim(spec: LaunchSpec, libc: Any, ignored: frozenset[int]) -> None:
+    gc.disable()  # short-lived: and every collection would copy shared pages
+    signal.set_wakeup_fd(-1)  # the server's wakeup pipe is about to be closed
+    os.setsid()
+    _set_comm(b"wfsched-shim")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    # The server's pipes, and anything else: the shim opens what it needs itself.
+    _close_fds_except({0, 1, 2})
+    pid = os.getpid()
+    _write_record(
+        spec.attempt_dir,
+        SHIM_RECORD,
+        {
+            "pid": pid,
+            "start_time": process_start_time(pid),
+            "run_id": spec.run_id,
+            "attempt": spec.attempt,
+        },
+        durable=False,
+    )
+    # As subreaper the shim inherits the command's orphaned descendants, reaps
+    # them, and so can tell when a terminated group is really empty (an init
+    # that never reaps would otherwise leave zombies that keep the group "alive").
+    subreaper = libc is not None and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, _noop_handler)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ignored dispositions survive exec, handled ones are reset to default:
+    # catching what the server ignores keeps the shim deaf to them (it has no
+    # terminal anyway) while the command starts with defaults.
+    for signum in ignored:
+        signal.signal(signum, _noop_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a pending cancel lands now
+
+    started_at = time.time()
+    if _Shim.cancelled:
+        _finish(spec, "cancelled", None, None, "cancelled before the command started", started_at)
+        return
+    try:
+        _Shim.command = _start_command(spec)
+    except (OSError, ValueError) as exc:
+        _finish(spec, "spawn-failed", None, None, _spawn_failure(spec, exc), started_at)
+        return
+    _supervise_command(spec, _Shim.command.pid, wake_r, subreaper, started_at)
+
+
+def _start_command(spec: LaunchSpec) -> subprocess.Popen[bytes]:
+    """Spawn the command; OSError/ValueError mean it never ran.
+
+    subprocess.Popen rather than os.posix_spawn, although the latter is half
+    a millisecond faster: glibc's posix_spawn leaves its internal signals
+    (32, 33) ignored in the child, and ignored dispositions survive exec.
+    Popen also searches spec.env's PATH, applies cwd in the child, and
+    reports exec and chdir failures as OSError naming the file.
+    """
+    if not spec.argv:
+        raise ValueError("empty command")
+    try:
+        stdin_fd = os.open(spec.stdin_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"cannot open input {spec.stdin_path!r}: {exc.strerror}") from None
+    log_flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    out_fd = os.open(os.path.join(spec.attempt_dir, STDOUT_LOG), log_flags, 0o644)
+    err_fd = os.open(os.path.join(spec.attempt_dir, STDERR_LOG), log_flags, 0o644)
+    os.dup2(err_fd, 2, inheritable=False)  # a shim traceback lands where operators look
+    proc = subprocess.Popen(
+        spec.argv,
+        cwd=spec.cwd,
+        env=spec.env,
+        stdin=stdin_fd,
+        stdout=out_fd,
+        stderr=err_fd,
+        close_fds=True,
+        process_group=0,  # its own group: the shim can killpg it and survive
+    )
+    for fd in (stdin_fd, out_fd, err_fd):
+        os.close(fd)
+    return proc
+
+
+def _spawn_failure(spec: LaunchSpec, exc: Exception) -> str:
+    if not isinstance(exc, OSError):
+        return str(exc)
+    why = exc.strerror or str(exc)
+    if spec.cwd is not None and exc.filename == spec.cwd:
+        return f"cannot change to directory {spec.cwd!r}: {why}"
+    return f"cannot execute {spec.argv[0]!r}: {why}"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member changed uid: still there
+        return True
+    return True
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _supervise_command(
+    spec: LaunchSpec, leader: int, wake_r: int, subreaper: bool, started_at: float
+) -> None:
+    """Wait for the command, enforcing timeout and cancellation, then record.
+
+    Event-driven: SIGCHLD and SIGTERM wake the poll through the wakeup fd, so
+    an idle shim costs no CPU however long the command runs.
+
+    After a normal exit the leader's background children are left alone (a
+    job may mean to start a daemon, as under cron). Terminating a run
+    (timeout, cancel) takes the whole process group: SIGTERM, then after
+    kill_grace SIGKILL, and the record is written once the group is gone.
+    """
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    clock = time.monotonic
+    timeout_at = None if spec.timeout is None else clock() + spec.timeout
+    status: int | None = None
+    outcome: str | None = None  # "timeout" | "cancelled" once terminating
+    kill_at: float | None = None  # when SIGKILL follows SIGTERM
+    give_up_at: float | None = None  # after SIGKILL, stop waiting for D-state stragglers
+    while True:
+        while True:  # reap the leader and, as subreaper, orphaned descendants
+            try:
+                pid, wstatus = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid == leader:
+                status = wstatus
+        now = clock()
+        if outcome is None:
+            if status is not None:
+                break
+            if _Shim.cancelled or (timeout_at is not None and now >= timeout_at):
+                outcome = "cancelled" if _Shim.cancelled else "timeout"
+                _signal_group(leader, signal.SIGTERM)
+                kill_at = now + spec.kill_grace
+        if outcome is not None:
+            if status is not None and not _group_alive(leader):
+                break
+            if give_up_at is None and kill_at is not None and now >= kill_at:
+                _signal_group(leader, signal.SIGKILL)
+                give_up_at = now + _KILLED_GROUP_WAIT
+            if give_up_at is not None and now >= give_up_at:
+                break  # SIGKILL was sent; a process stuck in the kernel is not ours to wait for
+        deadlines = [d for d in (timeout_at, kill_at, give_up_at) if d is not None and d > now]
+        wait = min(deadlines) - now if deadlines else None
+        if outcome is not None and (status is not None or not subreaper):
+            # Only the leader's exit is an event; the rest of the group is polled.
+            wait = _GROUP_POLL if wait is None else min(wait, _GROUP_POLL)
+        poller.poll(None if wait is None else max(1, int(wait * 1000) + 1))
+        with contextlib.suppress(BlockingIOError):
+            while os.read(wake_r, 4096):
+                pass
+    exit_code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+    signum = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
+    if outcome is not None:
+        what = (
+            "timed out after " + _duration(spec.timeout or 0)
+            if outcome == "timeout"
+            else "cancelled"
+        )
+        how = (
+            f"process group killed (SIGKILL after {_duration(spec.kill_grace)} grace)"
+            if give_up_at is not None
+            else "process group terminated"
+        )
+        reason: str | None = f"{what}; {how}"
+    elif signum is not None:
+        outcome, reason = "signaled", f"killed by signal {signum} ({_signal_name(signum)})"
+    else:
+        outcome = "exited"
+        reason = None if exit_code == 0 else f"exited with code {exit_code}"
+    _finish(spec, outcome, exit_code, signum, reason, started_at)
+
+
+def _finish(
+    spec: LaunchSpec,
+    outcome: str,
+    exit_code: int | None,
+    signum: int | None,
+    reason: str | None,
+    started_at: float,
+) -> None:
+    record = ExitRecord(
+        attempt=spec.attempt,
+        outcome=outcome,
+        exit_code=exit_code,
+        signal=signum,
+        reason=reason,
+        started_at=started_at,
+        finished_at=time.time(),
+    )
+    _write_record(
+        spec.attempt_dir, EXIT_RECORD, {**asdict(record), "run_id": spec.run_id}, durable=True
+    )
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+def _duration(seconds: int) -> str:
+    """2h, 1m30s, 45s: how operators write timeouts."""
+    if seconds <= 0:
+        return "0s"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n]
+    return "".join(parts)
