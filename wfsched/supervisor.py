@@ -238,8 +238,10 @@ class Supervisor:
                 admitted.extend(runs)
                 capacity_left -= len(runs)
                 budget -= len(runs)
-            self.fault("before-admission-commit")
-        self.fault("after-admission-commit")
+            if admitted:
+                self.fault("before-admission-commit")
+        if admitted:
+            self.fault("after-admission-commit")
         self.launch(admitted)
 
     def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:

@@ -1,0 +1,115 @@
+"""Run the real `wfsched supervise` in a subprocess, and wait on the store.
+
+Every wait polls a deadline; nothing sleeps a fixed time and hopes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def wfsched(
+    store: Path, *args: str, env: dict[str, str] | None = None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wfsched", "--store", str(store), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        input=input,
+        timeout=60,
+    )
+
+
+def wfsched_json(store: Path, *args: str) -> Any:
+    result = wfsched(store, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 15.0, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class Daemon:
+    """One supervisor process on `store`, its stderr in `log`."""
+
+    def __init__(self, store: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.store = store
+        self.log = store.parent / f"supervisor-{time.monotonic_ns()}.log"
+        self._log_handle = open(self.log, "w")  # noqa: SIM115 - closed in stop()/wait()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "wfsched",
+                "--store",
+                str(store),
+                "supervise",
+                "--poll-interval",
+                "0.2",
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._log_handle,
+            env={**os.environ, **(env or {})},
+        )
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def wait_started(self, timeout: float = 15.0) -> None:
+        wait_for(
+            lambda: " started pid=" in self.text() or self.proc.poll() is not None,
+            timeout,
+            "the supervisor to start",
+        )
+        assert self.proc.poll() is None, self.text()
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            self._log_handle.close()
+        return code
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.wait_exit()
+
+
+def write_definition(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def utc_in(seconds: float) -> str:
+    """An RFC 3339 instant at least `seconds` from now (whole seconds)."""
+    moment = math.ceil(time.time() + seconds)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))

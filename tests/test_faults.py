@@ -1,0 +1,214 @@
+"""Layer 3: SIGKILL the real supervisor at each persistence boundary, restart
+it, and check that nothing was doubled, lost or replayed.
+
+The supervisor kills itself at a named point (WFSCHED_FAULT=point[:N], the
+test-only hook in wfsched.faults). Jobs append a line to a file per start, so
+a double launch cannot hide. Schedules use misfire = "latest" so the instant
+is still owed after the restart and every boundary ends in exactly one run,
+except where the launch became ambiguous: that run must be failed with the
+external-effects disclosure and never retried.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
+
+FINAL = ("completed", "failed")
+
+
+def define_one_shot(store: Path, tmp_path: Path, ledger: Path, body: str = "") -> None:
+    text = (
+        f'id = "job"\n[trigger]\nat = "{utc_in(1.5)}"\n[run]\n'
+        f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
+        f'sleep 0.3; echo done >> {ledger}"]\n{body}'
+        '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
+    )
+    path = write_definition(tmp_path / "defs", "job", text)
+    assert wfsched(store, "create", str(path)).returncode == 0
+
+
+# What the store shows right after the kill: proof the crash hit its boundary.
+AFTER_CRASH = {
+    "before-admission-commit": [],
+    "after-admission-commit": [("admitted", 0, None, False)],
+    "after-run-dir": [("admitted", 0, None, True)],
+    "after-attempt-mark": [("running", 1, None, True)],
+    "after-spawn": [("running", 1, True, True)],
+    "before-ingest": [("running", 1, True, True)],
+    "after-ingest": [("completed", 1, True, True)],
+}
+
+
+def crashed_state(store: Path) -> list[tuple[str, int, bool | None, bool]]:
+    db = sqlite3.connect(store / "wfsched.db")
+    try:
+        rows = db.execute(
+            "SELECT r.seq, r.state, r.attempt, a.shim_pid FROM runs r"
+            " LEFT JOIN attempts a ON a.run_seq = r.seq AND a.attempt = r.attempt"
+        ).fetchall()
+    finally:
+        db.close()
+    return [
+        (
+            state,
+            attempt,
+            None if pid is None else True,
+            (store / "runs" / f"run-{seq:06d}" / "input.json").exists(),
+        )
+        for seq, state, attempt, pid in rows
+    ]
+
+
+def crash_then_recover(
+    store: Path, point: str, expected: list[tuple[str, int, bool | None, bool]] | None = None
+) -> Daemon:
+    crashing = Daemon(store, env={"WFSCHED_FAULT": point})
+    assert crashing.wait_exit(timeout=30) == -9, crashing.text()
+    if expected is not None:
+        assert crashed_state(store) == expected
+    restarted = Daemon(store)
+    restarted.wait_started()
+    return restarted
+
+
+def runs(store: Path) -> list[dict]:
+    return wfsched_json(store, "runs")["items"]
+
+
+def assert_store_invariants(store: Path) -> None:
+    db = sqlite3.connect(store / "wfsched.db")
+    try:
+        twice = db.execute(
+            "SELECT schedule_id, scheduled_at, COUNT(*) FROM occurrences WHERE state = 'admitted'"
+            " GROUP BY 1, 2 HAVING COUNT(*) > 1"
+        ).fetchall()
+        assert twice == []
+        orphans = db.execute(
+            "SELECT r.seq FROM runs r LEFT JOIN occurrences o ON o.run_seq = r.seq"
+            " WHERE r.kind = 'scheduled' AND o.seq IS NULL"
+        ).fetchall()
+        assert orphans == []
+        behind = db.execute(
+            "SELECT s.id FROM schedules s JOIN occurrences o ON o.schedule_id = s.id"
+            " WHERE o.summary = 0 AND o.scheduled_at > s.consumed_through"
+        ).fetchall()
+        assert behind == []
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    ("point", "launched", "outcome"),
+    [
+        ("before-admission-commit", 1, "completed"),
+        ("after-admission-commit", 1, "completed"),
+        ("after-run-dir", 1, "completed"),
+        ("after-attempt-mark", 0, "failed"),
+        ("after-spawn", 1, "completed"),
+        ("before-ingest", 1, "completed"),
+        ("after-ingest", 1, "completed"),
+    ],
+)
+def test_kill_at_each_admission_and_exit_boundary(
+    tmp_path: Path, point: str, launched: int, outcome: str
+) -> None:
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    define_one_shot(store, tmp_path, ledger)
+    daemon = crash_then_recover(store, point, AFTER_CRASH[point])
+    try:
+        items = wait_for(
+            lambda: [r for r in runs(store) if r["state"] in FINAL], timeout=20, what="a final run"
+        )
+        if launched:
+            wait_for(lambda: "done" in ledger.read_text(), what="the job to finish")
+    finally:
+        daemon.stop()
+    assert len(runs(store)) == 1, "an occurrence produced two runs"
+    run = items[0]
+    assert run["state"] == outcome, run
+    starts = [
+        line
+        for line in (ledger.read_text().splitlines() if ledger.exists() else [])
+        if line != "done"
+    ]
+    assert starts == ["run-000001 1"] * launched, "the job was launched twice (or lost)"
+    if outcome == "failed":
+        assert "external effects may already have happened" in run["reason"]
+    history = wfsched_json(store, "occurrences", "job")["items"]
+    assert [item["state"] for item in history] == [outcome]
+    assert_store_invariants(store)
+
+
+@pytest.mark.parametrize(
+    ("point", "second_attempt_ran", "outcome"),
+    [
+        ("after-resume-mark", False, "failed"),
+        ("after-spawn", True, "completed"),
+        ("before-ingest", True, "completed"),
+        ("after-ingest", True, "completed"),
+    ],
+)
+def test_kill_around_resume(
+    tmp_path: Path, point: str, second_attempt_ran: bool, outcome: str
+) -> None:
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    text = (
+        f'id = "job"\n[trigger]\nat = "{utc_in(1.5)}"\n[run]\n'
+        f'command = ["sh", "-c", "echo $WFSCHED_ATTEMPT >> {ledger}; '
+        '[ $WFSCHED_ATTEMPT = 1 ] && exit 75; exit 0"]\ninterrupt_exit_code = 75\n'
+        '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
+    )
+    assert wfsched(store, "create", str(write_definition(tmp_path, "job", text))).returncode == 0
+    first = Daemon(store)
+    first.wait_started()
+    wait_for(lambda: [r for r in runs(store) if r["state"] == "interrupted"], what="interruption")
+    assert first.stop() == 0
+    assert wfsched(store, "runs", "resume", "run-000001").returncode == 0
+    shim = None if point == "after-resume-mark" else True
+    state = "completed" if point == "after-ingest" else "running"
+    daemon = crash_then_recover(store, point, [(state, 2, shim, True)])
+    try:
+        wait_for(lambda: runs(store)[0]["state"] in FINAL, timeout=20, what="a final state")
+    finally:
+        daemon.stop()
+    run = runs(store)[0]
+    assert run["state"] == outcome, run
+    assert ledger.read_text().split() == (["1", "2"] if second_attempt_ran else ["1"])
+    assert [a["attempt"] for a in run["attempts"]] == [1, 2]
+    if outcome == "failed":
+        assert "external effects" in run["reason"]
+    assert len(runs(store)) == 1
+    assert_store_invariants(store)
+
+
+def test_repeated_crashes_never_move_the_watermark_back(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    define_one_shot(store, tmp_path, ledger)
+    instant = wfsched_json(store, "get", "job")["next_due"]
+    watermarks = []
+    for point in ("after-admission-commit", "after-run-dir", "before-ingest"):
+        crashing = Daemon(store, env={"WFSCHED_FAULT": point})
+        assert crashing.wait_exit(timeout=30) == -9, crashing.text()
+        db = sqlite3.connect(store / "wfsched.db")
+        watermarks.append(db.execute("SELECT consumed_through FROM schedules").fetchone()[0])
+        db.close()
+    daemon = Daemon(store)
+    daemon.wait_started()
+    try:
+        wait_for(lambda: [r for r in runs(store) if r["state"] in FINAL], timeout=20, what="done")
+    finally:
+        daemon.stop()
+    due = int(datetime.fromisoformat(instant.replace("Z", "+00:00")).timestamp())
+    assert watermarks == sorted(watermarks) and watermarks[0] >= due
+    assert [r["state"] for r in runs(store)] == ["completed"]
+    assert ledger.read_text().splitlines()[0] == "run-000001 1"
+    assert_store_invariants(store)
