@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from wfsched.errors import StoreError
+from wfsched.store.audit import AuditQueries
 from wfsched.store.migrations import LATEST_VERSION, MIGRATIONS
+from wfsched.store.retention import RetentionQueries
 from wfsched.store.rows import (
     EXECUTING_RUN_STATES,
     UNFINISHED_RUN_STATES,
@@ -74,8 +76,12 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class Store:
-    """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`."""
+class Store(AuditQueries, RetentionQueries):
+    """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
+
+    Query groups for `audit` and retention live in their own modules as
+    mixins; this class holds the connection and the core statements.
+    """
 
     def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
