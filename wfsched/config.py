@@ -29,6 +29,8 @@ _KEYS = {
     "max_concurrent_runs": _Key("count", 1),
     "drain_grace": _Key("seconds", 0),
     "max_admissions_per_tick": _Key("count", 1),
+    "on_failure": _Key("argv", 0),
+    "retention": _Key("seconds", 3600),
 }
 
 
@@ -56,8 +58,18 @@ def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig
     return replace(SupervisorConfig(), **{k: v for k, v in values.items() if k in known})
 
 
-def _value(source: str, key: str, raw: Any, flag: str | None = None) -> float | int:
+def _value(
+    source: str, key: str, raw: Any, flag: str | None = None
+) -> float | int | tuple[str, ...]:
     spec = _KEYS[flag or key]
+    if spec.kind == "argv":
+        if (
+            not isinstance(raw, list)
+            or not raw
+            or not all(isinstance(part, str) and part for part in raw)
+        ):
+            raise DefinitionError(source, key, "must be a non-empty list of strings (an argv)")
+        return tuple(raw)
     if isinstance(raw, bool):
         raise DefinitionError(source, key, "must be a number")
     if spec.kind == "count":

@@ -26,6 +26,7 @@ from wfsched.decisions import Candidate, Decision, ScheduleView, decide
 from wfsched.errors import WfschedError
 from wfsched.eventlog import EventLog
 from wfsched.faults import FaultHook, no_fault
+from wfsched.hooks import FailureHooks, RunFacts
 from wfsched.inputs import resolve_input
 from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle
 from wfsched.model import Definition
@@ -49,6 +50,10 @@ class SupervisorConfig:
     max_concurrent_runs: int = 4
     drain_grace: float = 30.0
     max_admissions_per_tick: int = 1000
+    on_failure: tuple[str, ...] | None = None
+    """Default failure hook for schedules without `[notify] on_failure`."""
+    retention: float | None = None
+    """Prune finished runs and history older than this many seconds, if set."""
 
 
 class ProcessControl(Protocol):
@@ -135,6 +140,7 @@ class Supervisor:
         self.log = log or EventLog()
         self.notifier = notifier or Notifier("")
         self.admin = Admin(store, clock)
+        self.hooks = FailureHooks(control, self.log, config.on_failure, _PRIVATE_ENV)
         self.watches: dict[int, Watch] = {}
         self._pids: dict[int, int] = {}
         self._calendars: dict[tuple[str, int], CronCalendar | OneShotCalendar] = {}
@@ -481,7 +487,8 @@ class Supervisor:
     def ingest_exits(self) -> None:
         """Exit records of shims the fork server reaped, plus a look at every
         adopted shim (not our grandchild, so nobody reports its end)."""
-        reaped = {self._pids[pid] for pid in self.control.drain_exits() if pid in self._pids}
+        exited = self.hooks.reaped(self.control.drain_exits())
+        reaped = {self._pids[pid] for pid in exited if pid in self._pids}
         for seq, watch in list(self.watches.items()):
             if seq not in reaped and not watch.adopted:
                 continue
@@ -544,6 +551,32 @@ class Supervisor:
         self.wake_now = True
         self.log(
             state, run=run.run_id, schedule=run.schedule_id, exit_code=exit_code, reason=reason
+        )
+        # An operator's own `runs cancel` needs no alert; every other failure
+        # (exit status, signal, timeout, drain, abandonment) gets one.
+        if state == "failed" and watch.cancel_reason != "cancelled":
+            self._notify_failure(run, watch.attempt, reason or "failed", exit_code)
+
+    def _notify_failure(
+        self, run: RunRow, attempt: int, reason: str, exit_code: int | None
+    ) -> None:
+        row = self.store.get_schedule(run.schedule_id)
+        argv = self.admin.definition(row).on_failure if row is not None else None
+        self.hooks.fire(
+            RunFacts(
+                run_id=run.run_id,
+                schedule_id=run.schedule_id,
+                occurrence_id=occurrence_id(run.schedule_id, run.scheduled_at)
+                if run.kind == "scheduled"
+                else "",
+                scheduled_at=format_instant(run.scheduled_at) or "",
+                attempt=attempt,
+                state="failed",
+                reason=reason,
+                exit_code=exit_code,
+                run_dir=RunDir(self.store.runs_dir, run.run_id).path,
+            ),
+            argv,
         )
 
     # -- requests from the CLI ------------------------------------------------------

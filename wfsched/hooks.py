@@ -1,0 +1,110 @@
+"""Failure hooks: `[notify] on_failure` (or the config default) after a run fails.
+
+A hook is launched like a run (through the fork server, its own process
+group, a timeout), with the run's facts in its environment. It runs once:
+its own failure is logged and never retried, so a broken mail command cannot
+turn into a loop. A hook in flight when the supervisor dies is not re-run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wfsched.launcher import LaunchSpec
+
+if TYPE_CHECKING:
+    from wfsched.supervisor import ProcessControl
+
+HOOK_TIMEOUT = 60
+HOOK_KILL_GRACE = 5
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    run_id: str
+    schedule_id: str
+    occurrence_id: str
+    scheduled_at: str
+    attempt: int
+    state: str
+    reason: str
+    exit_code: int | None
+    run_dir: Path
+
+
+class FailureHooks:
+    def __init__(
+        self,
+        control: ProcessControl,
+        log: Callable[..., None],
+        default_argv: Sequence[str] | None,
+        private_env: Sequence[str],
+    ) -> None:
+        self.control = control
+        self.log = log
+        self.default_argv = tuple(default_argv) if default_argv else None
+        self.private_env = frozenset(private_env)
+        self._in_flight: dict[int, tuple[str, Path]] = {}
+
+    def fire(self, facts: RunFacts, argv: Sequence[str] | None) -> None:
+        command = tuple(argv) if argv else self.default_argv
+        if not command:
+            return
+        directory = facts.run_dir / f"notify-{facts.attempt}"
+        env = {k: v for k, v in os.environ.items() if k not in self.private_env}
+        env.update(
+            WFSCHED_SCHEDULE_ID=facts.schedule_id,
+            WFSCHED_RUN_ID=facts.run_id,
+            WFSCHED_OCCURRENCE_ID=facts.occurrence_id,
+            WFSCHED_SCHEDULED_AT=facts.scheduled_at,
+            WFSCHED_ATTEMPT=str(facts.attempt),
+            WFSCHED_RUN_STATE=facts.state,
+            WFSCHED_REASON=facts.reason,
+            WFSCHED_EXIT_CODE="" if facts.exit_code is None else str(facts.exit_code),
+            WFSCHED_RUN_DIR=str(facts.run_dir),
+        )
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            handle = self.control.spawn(
+                LaunchSpec(
+                    run_id=f"{facts.run_id}-notify",
+                    attempt=facts.attempt,
+                    argv=command,
+                    cwd=None,
+                    env=env,
+                    stdin_path=os.devnull,
+                    attempt_dir=str(directory),
+                    timeout=HOOK_TIMEOUT,
+                    kill_grace=HOOK_KILL_GRACE,
+                )
+            )
+        except OSError as exc:
+            self.log("notify-failed", run=facts.run_id, reason=f"could not start: {exc}")
+            return
+        self._in_flight[handle.pid] = (facts.run_id, directory)
+
+    def reaped(self, pids: Sequence[int]) -> list[int]:
+        """Log the hooks among `pids`; return the pids that were not hooks."""
+        others = []
+        for pid in pids:
+            entry = self._in_flight.pop(pid, None)
+            if entry is None:
+                others.append(pid)
+                continue
+            run, directory = entry
+            try:
+                record = self.control.read_exit(str(directory))
+            except ValueError as exc:
+                self.log("notify-failed", run=run, reason=str(exc))
+                continue
+            if record is None:
+                self.log("notify-failed", run=run, reason="the hook left no exit record")
+            elif record.outcome == "exited" and record.exit_code == 0:
+                self.log("notified", run=run)
+            else:
+                self.log("notify-failed", run=run, reason=record.reason or record.outcome)
+        return others
