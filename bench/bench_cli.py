@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -53,17 +54,31 @@ def wfsched_binary() -> str:
     return found
 
 
+CPU: dict[str, list[float]] = {}
+"""CPU seconds (user + system) per measured command, next to the wall time:
+on a busy machine wall time swings, CPU time much less."""
+
+
 def timed(argv: list[str], store: Path, repeat: int) -> float:
     """Median wall seconds of `repeat` runs; any failure aborts the benchmark."""
     env = {**os.environ, "WFSCHED_STORE": str(store)}
     samples = []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         samples.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        CPU.setdefault(argv[1], []).append(cpu)
         if done.returncode != 0:
             sys.exit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()}")
     return statistics.median(samples)
+
+
+def cpu_ms(command: str) -> str:
+    samples = CPU.pop(command, [])
+    return f"cpu {statistics.median(samples) * 1000:7.1f} ms" if samples else ""
 
 
 def write_definitions(folder: Path, count: int) -> None:
@@ -142,13 +157,19 @@ def main() -> None:
     binary = wfsched_binary()
     with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as scratch:
         work = Path(scratch)
-        list_median = bench_list(binary, work, repeat)
-        print(f"list --json, 100 schedules:            {list_median * 1000:8.1f} ms (median)")
+        report("list --json, 100 schedules", bench_list(binary, work, repeat), "list")
         first, second = bench_apply(binary, work, apply_count, apply_repeat)
-        print(f"apply {apply_count:,} definitions (new):       {first * 1000:8.1f} ms (median)")
-        print(f"apply {apply_count:,} definitions (unchanged): {second * 1000:8.1f} ms (median)")
+        apply_cpu = CPU.pop("apply", [])
+        CPU["apply"] = apply_cpu[0::2]
+        report(f"apply {apply_count:,} definitions (new)", first, "apply")
+        CPU["apply"] = apply_cpu[1::2]
+        report(f"apply {apply_count:,} definitions (unchanged)", second, "apply")
         deep = bench_occurrences(binary, work, 1_000_000, repeat)
-        print(f"occurrences --page, 1,000,000 rows:     {deep * 1000:8.1f} ms (median)")
+        report("occurrences --page, 1,000,000 rows", deep, "occurrences")
+
+
+def report(label: str, wall: float, command: str) -> None:
+    print(f"{label:<42} wall {wall * 1000:9.1f} ms   {cpu_ms(command)}   (medians)")
 
 
 if __name__ == "__main__":

@@ -68,9 +68,10 @@ class WfschedGroup(click.Group):
         except click.ClickException as exc:
             _error(exc.format_message())
             return exc.exit_code
-        except click.Abort:
+        except click.Abort as exc:
             _error("aborted")
-            return 1
+            # Ctrl-C is 128 + SIGINT, as a shell reports an interrupted command.
+            return 130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1
         except BrokenPipeError:
             # `wfsched list | head`: the reader left; nothing more to say.
             _silence_stdout()

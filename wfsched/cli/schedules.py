@@ -49,7 +49,10 @@ def _id_argument() -> Any:
 
 
 _json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (DESIGN section 8 field names)."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON (stable, documented field names; UTC times).",
 )
 
 
