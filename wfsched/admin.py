@@ -132,7 +132,15 @@ class Admin:
         from wfsched.calendar import calendar_for
 
         old_cal = calendar_for(self.definition(row).trigger)
-        change = consume_until(old_cal, row.consumed_through, _candidate(row), int(now), "update")
+        # A paused schedule's span since the pause is paused time, not a miss.
+        change = consume_until(
+            old_cal,
+            row.consumed_through,
+            _candidate(row),
+            int(now),
+            "update",
+            span_state="skipped-paused" if row.paused else "skipped-misfire",
+        )
         self._record(row, change.entries, now)
         next_due, exhausted = None, row.exhausted
         if not row.paused:

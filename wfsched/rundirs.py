@@ -43,9 +43,10 @@ class RunDir:
 
 
 def write_json_atomic(path: Path, document: Any) -> None:
+    """Complete or absent, never torn (tmp + rename). No fsync: the database
+    holds the frozen input as the authority, and an fsync per run would cost
+    a burst of a thousand launches whole seconds."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(document, handle, ensure_ascii=False)
-        handle.flush()
-        os.fsync(handle.fileno())
     os.replace(tmp, path)

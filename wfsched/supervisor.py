@@ -367,7 +367,7 @@ class Supervisor:
     def launch_admitted(self) -> None:
         """Admitted runs not yet launched (left by recovery): through capacity,
         except manual runs, which bypass it."""
-        pending = [run for run in self.store.unfinished_runs() if run.state == "admitted"]
+        pending = self.store.admitted_runs()
         if not pending:
             return
         running = self.store.run_state_counts().get("running", 0)

@@ -396,6 +396,13 @@ class Store(AuditQueries, RetentionQueries):
         )
         return [RunRow(*row) for row in rows]
 
+    def admitted_runs(self) -> list[RunRow]:
+        """Runs admitted but not launched yet (recovery leaves these for a tick)."""
+        rows = self._conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE state = 'admitted' ORDER BY seq"
+        )
+        return [RunRow(*row) for row in rows]
+
     def active_run_counts(self, schedule_ids: Sequence[str]) -> dict[str, int]:
         """Unfinished scheduled runs per schedule: what overlap counts."""
         counts: dict[str, int] = {}
