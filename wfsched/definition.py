@@ -139,8 +139,19 @@ def to_toml(defn: Definition) -> str:
         for key in keys:
             if key in document.get(table, {}):
                 document[table][key] = format_duration(document[table][key])
-    # Multi-line strings keep a shell script in `command` readable.
-    return tomli_w.dumps(document, multiline_strings=True)
+    # Multi-line strings keep a shell script in `command` readable, but TOML
+    # folds CRLF inside them to LF, so a carriage return forces escapes.
+    return tomli_w.dumps(document, multiline_strings=not _has_carriage_return(document))
+
+
+def _has_carriage_return(value: object) -> bool:
+    if isinstance(value, str):
+        return "\r" in value
+    if isinstance(value, dict):
+        return any(_has_carriage_return(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_carriage_return(item) for item in value)
+    return False
 
 
 def canonical_json(defn: Definition) -> str:
