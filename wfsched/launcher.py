@@ -73,7 +73,12 @@ class LauncherError(OperationError, OSError):
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """Everything a shim needs; it crosses a pipe as JSON, so plain data only."""
+    """Everything a shim needs; it crosses a pipe as JSON, so plain data only.
+
+    `cwd=None` runs the command in the fork server's working directory, i.e.
+    the supervisor's at `Launcher.start()`; `env` is passed as is (PATH in it
+    is what finds `argv[0]`); `timeout=None` means no limit.
+    """
 
     run_id: str
     attempt: int
