@@ -71,22 +71,103 @@ class Span:
     """Exact when at most SCAN_CAP, else None (counting would mean iterating)."""
 
 
-def span_between(cal: Calendar, after: int, through: int) -> Span | None:
-    """The calendar instants in (after, through], found with bounded calls."""
-    first = cal.next_after_epoch(after)
-    if first is None or first > through:
-        return None
-    last, count = first, 1
-    while count <= SCAN_CAP:
-        following = cal.next_after_epoch(last)
+class _Guarded:
+    """The calendar as the decision logic sees it.
+
+    Answers must advance (`next_after(t) > t`, `prev_before(t) < t`): anything
+    else is a CalendarError, so a misbehaving calendar blocks the schedule
+    instead of making the same instant due twice. CalendarExhausted ends the
+    calendar (no further instant) instead of aborting the decision, so
+    instants found before the end are still decided; it is remembered for
+    the `exhausted` entry, and later queries past that point are not repeated.
+    """
+
+    def __init__(self, cal: Calendar) -> None:
+        self.cal = cal
+        self.exhaustion: CalendarExhausted | None = None
+        self._exhausted_after: int | None = None
+
+    def next_after_epoch(self, t: int) -> int | None:
+        if self._exhausted_after is not None and t >= self._exhausted_after:
+            return None
+        try:
+            answer = self.cal.next_after_epoch(t)
+        except CalendarExhausted as exc:
+            self.exhaustion, self._exhausted_after = exc, t
+            return None
+        if answer is not None and answer <= t:
+            raise CalendarError(f"calendar regression: next instant after {t} answered as {answer}")
+        return answer
+
+    def prev_before_epoch(self, t: int) -> int | None:
+        try:
+            answer = self.cal.prev_before_epoch(t)
+        except CalendarExhausted:
+            return None
+        if answer is not None and answer >= t:
+            raise CalendarError(
+                f"calendar regression: previous instant before {t} answered as {answer}"
+            )
+        return answer
+
+
+def _guarded(cal: Calendar) -> _Guarded:
+    return cal if isinstance(cal, _Guarded) else _Guarded(cal)
+
+
+def _scan(cal: _Guarded, after: int, through: int) -> tuple[list[int], bool]:
+    """The instants in (after, through], with at most SCAN_CAP + 1 calls
+    (SCAN_CAP + 2 when croniter's backward search misses a fold instant).
+
+    Up to SCAN_CAP are enumerated one by one. If more remain, one
+    `prev_before` finds the latest, which is appended, and `jumped` is True:
+    the instants strictly between the enumerated ones and the latest were
+    never seen (the caller summarizes them).
+    """
+    instants: list[int] = []
+    cursor = after
+    while len(instants) < SCAN_CAP:
+        following = cal.next_after_epoch(cursor)
         if following is None or following > through:
-            return Span(first, last, count)
-        last, count = following, count + 1
+            return instants, False
+        instants.append(following)
+        cursor = following
     latest = cal.prev_before_epoch(through + 1)
-    # croniter's backward search can miss a fold instant and answer older
-    # than what forward iteration already found; never report a span that
-    # ends before its own enumerated part.
-    return Span(first, max(latest or last, last), None)
+    if latest is not None and latest > cursor:
+        instants.append(latest)
+        return instants, True
+    if latest == cursor:
+        # Whatever backward search may have missed after the cursor is
+        # found by forward iteration next tick: nothing is lost.
+        return instants, False
+    # croniter's backward search can miss a fold instant and answer older than
+    # what forward iteration already found (tests/test_calendar.py pins it).
+    # Forward is authoritative: the jump never moves backwards.
+    beyond = cal.next_after_epoch(cursor)
+    if beyond is None or beyond > through:
+        return instants, False
+    instants.append(beyond)
+    return instants, True
+
+
+def _before_latest(cal: _Guarded, instants: list[int]) -> int:
+    """After a jump: the instant just before the latest (the skipped span's
+    end), never before what forward iteration already found."""
+    latest, floor = instants[-1], instants[-2]
+    before = cal.prev_before_epoch(latest)
+    return floor if before is None or before < floor else before
+
+
+def span_between(cal: Calendar, after: int, through: int) -> Span | None:
+    """The calendar instants in (after, through], found with bounded calls.
+
+    A calendar that ends (CalendarExhausted) ends the span; a non-advancing
+    answer raises CalendarError.
+    """
+    instants, jumped = _scan(_guarded(cal), after, through)
+    if not instants:
+        return None
+    return Span(instants[0], instants[-1], None if jumped else len(instants))
 
 
 def span_entry(span: Span, state: str, reason: str) -> Entry:
@@ -161,98 +242,85 @@ def decide(
     `active` counts this schedule's unfinished scheduled runs; `capacity_left`
     is what remains of max_concurrent_runs. The caller charges `admit` to
     capacity and runs preflight and admission for each admitted instant.
+
+    A calendar that ends makes the schedule exhausted once nothing is held.
+    A calendar that answers backward (CalendarError) blocks the schedule and
+    the decision makes no progress at all: nothing admitted, nothing
+    recorded, the watermark and the candidate as they were.
     """
     tick = _Tick(view, now, active, capacity_left)
     decision = tick.decision
+    guarded = _Guarded(cal)
     try:
         if startup:
-            _startup(tick, cal)
+            _startup(tick, guarded)
         else:
-            _walk_due(tick, cal)
+            _walk_due(tick, guarded)
         if decision.candidate is not None and not decision.admit:
             _retry_candidate(tick, decision.candidate)
-        decision.next_due = cal.next_after_epoch(decision.consumed_through)
-        decision.exhausted = decision.next_due is None and decision.candidate is None
-    except CalendarExhausted as exc:
-        decision.exhausted = True
-        decision.next_due = None
+        decision.next_due = guarded.next_after_epoch(decision.consumed_through)
+    except CalendarError as exc:
+        return Decision(view.consumed_through, view.candidate, blocked=str(exc))
+    decision.exhausted = decision.next_due is None and decision.candidate is None
+    if decision.exhausted and guarded.exhaustion is not None:
         decision.entries.append(
             Entry(
                 "exhausted",
                 decision.consumed_through,
-                f"no further instant: {exc}",
+                f"no further instant: {guarded.exhaustion}",
                 summary=True,
             )
         )
-    except CalendarError as exc:
-        decision.blocked = str(exc)
-        decision.next_due = None
-        decision.admit.clear()
     return decision
 
 
-def _startup(tick: _Tick, cal: Calendar) -> None:
+def _startup(tick: _Tick, cal: _Guarded) -> None:
     """First tick after taking ownership: what was missed while down.
 
     `skip` drops it all, even within lateness; `latest` holds the latest
     missed instant. Either way one row accounts for what was passed over.
     """
     decision, view = tick.decision, tick.view
-    span = span_between(cal, decision.consumed_through, tick.now)
     if view.misfire == "skip":
         if decision.candidate is not None:
             held = decision.candidate
             decision.entries.append(Entry("skipped-misfire", held.at, "supervisor-down"))
             decision.candidate = None
+        span = span_between(cal, decision.consumed_through, tick.now)
         if span is not None:
             decision.entries.append(span_entry(span, "skipped-misfire", "supervisor-down"))
             decision.consumed_through = span.last
         return
-    if span is None:
+    instants, jumped = _scan(cal, decision.consumed_through, tick.now)
+    if not instants:
         return
-    if span.count != 1:
-        before = cal.prev_before_epoch(span.last)
-        passed = Span(
-            span.first,
-            before if before is not None else span.first,
-            None if span.count is None else span.count - 1,
-        )
-        decision.entries.append(span_entry(passed, "skipped-misfire", "supervisor-down"))
-    tick.hold(span.last, "misfire")
-    decision.consumed_through = span.last
-
-
-def _walk_due(tick: _Tick, cal: Calendar) -> None:
-    decision, view = tick.decision, tick.view
-    instants: list[int] = []
-    cursor = decision.consumed_through
-    while len(instants) < SCAN_CAP:
-        following = cal.next_after_epoch(cursor)
-        if following is None or following > tick.now:
-            break
-        instants.append(following)
-        cursor = following
+    if jumped:
+        passed: Span | None = Span(instants[0], _before_latest(cal, instants), None)
+    elif len(instants) > 1:
+        passed = Span(instants[0], instants[-2], len(instants) - 1)
     else:
-        beyond = cal.next_after_epoch(cursor)
-        if beyond is not None and beyond <= tick.now:
-            found = cal.prev_before_epoch(tick.now + 1)
-            # Guard croniter's rare fold miss (an answer older than instants
-            # already enumerated): the jump may never move backwards.
-            latest = found if found is not None and found > cursor else beyond
-            skipped_last = cal.prev_before_epoch(latest)
-            if skipped_last is None or skipped_last < cursor:
-                skipped_last = cursor
-            decision.entries.append(
-                Entry(
-                    "skipped-misfire",
-                    instants[0],
-                    "catch-up-jump",
-                    last=skipped_last,
-                    count=None,
-                    summary=True,
-                )
+        passed = None
+    if passed is not None:
+        decision.entries.append(span_entry(passed, "skipped-misfire", "supervisor-down"))
+    tick.hold(instants[-1], "misfire")
+    decision.consumed_through = instants[-1]
+
+
+def _walk_due(tick: _Tick, cal: _Guarded) -> None:
+    decision, view = tick.decision, tick.view
+    instants, jumped = _scan(cal, decision.consumed_through, tick.now)
+    if jumped:
+        decision.entries.append(
+            Entry(
+                "skipped-misfire",
+                instants[0],
+                "catch-up-jump",
+                last=_before_latest(cal, instants),
+                count=None,
+                summary=True,
             )
-            instants = [latest]
+        )
+        instants = instants[-1:]
     for instant in instants:
         if tick.late(instant):
             if view.misfire == "skip":
@@ -309,8 +377,5 @@ def consume_until(
 
 def next_due_after(cal: Calendar, consumed_through: int) -> tuple[int | None, bool]:
     """(next instant, exhausted?) for an active schedule."""
-    try:
-        following = cal.next_after_epoch(consumed_through)
-    except CalendarExhausted:
-        return None, True
+    following = _guarded(cal).next_after_epoch(consumed_through)
     return following, following is None
