@@ -280,28 +280,22 @@ def test_pause_resume_delete_never_bump_the_revision(env: Env) -> None:
         assert env.row().revision == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="admin._replace runs consume_until while paused: the paused span up to the "
-    "update is written as skipped-misfire reason 'update', and resume's skipped-paused "
-    "row only covers the time after the update",
-)
-def test_update_while_paused_leaves_the_whole_paused_span_to_one_row(env: Env) -> None:
+def test_update_while_paused_records_paused_time_per_revision(env: Env) -> None:
+    """Update consumes up to its own instant (DESIGN: consumed = max(.., now)),
+    so the paused span splits at the edit: the old revision's part is written
+    by the update, the rest by resume, both as paused time."""
     env.at(T0).admin.create(cron_def())
     env.at(T0 + 10 * MIN).admin.pause("job")
     changed_env = cron_def(extra='env = { A = "1" }\n')  # same trigger, new revision
     env.at(T0 + 3 * HOUR + 10 * MIN).admin.update(changed_env, expected_revision=1)
     env.at(T0 + 5 * HOUR + 10 * MIN).admin.resume("job")
-    assert brief(env.ledger()) == [("skipped-paused", T0 + HOUR, "paused", 5, True)]
-    assert env.ledger()[0].last_at == T0 + 5 * HOUR
+    assert brief(env.ledger()) == [
+        ("skipped-paused", T0 + HOUR, "update", 3, True),
+        ("skipped-paused", T0 + 4 * HOUR, "paused", 2, True),
+    ]
+    assert [row.revision for row in env.ledger()] == [1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="admin._replace keeps row.exhausted while paused and resume ORs it with the "
-    "new answer, so an exhausted schedule updated to a trigger with future instants "
-    "resumes as 'exhausted' (next_due hidden) although it will fire",
-)
 def test_update_while_paused_recomputes_exhaustion(env: Env) -> None:
     env.at(T0).admin.create(once_def(T0 + HOUR))
     env.at(T0 + 10 * MIN).admin.pause("job")
@@ -485,11 +479,6 @@ def test_malformed_cursor_is_a_usage_error(env: Env, cursor: str) -> None:
         env.admin.occurrences("job", cursor=cursor)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="paging.decode_cursor accepts any int; one beyond SQLite's 64-bit range "
-    "reaches the query and raises OverflowError (a traceback) instead of UsageError",
-)
 def test_out_of_range_cursor_is_a_usage_error(env: Env) -> None:
     env.at(T0).admin.create(cron_def())
     with pytest.raises(UsageError):
@@ -546,3 +535,20 @@ def test_walking_a_thousand_row_history_returns_each_row_once_in_order(
     assert pages == -(-1000 // limit)  # no trailing empty page
     summaries = [p for p in items if p["occurrence_id"] is None]
     assert len(summaries) == 250 and all(p["count"] == 2 for p in summaries)
+
+
+def test_update_to_a_past_one_shot_records_it_and_exhausts(env: Env) -> None:
+    env.at(T0).admin.create(cron_def())
+    env.at(T0 + 10 * MIN).admin.update(once_def(T0 + 5 * MIN), expected_revision=1)
+    assert brief(env.ledger()) == [
+        ("skipped-misfire", T0 + 5 * MIN, "already past at update", None, False)
+    ]
+    assert env.row().exhausted and env.row().next_due is None
+
+
+def test_pending_only_page_has_no_cursor_without_history(env: Env) -> None:
+    env.at(T0).admin.create(cron_def())
+    with env.store.atomic():
+        env.store.update_schedule("job", candidate_at=T0, candidate_why="misfire")
+    items, cursor = env.admin.occurrences("job", limit=1)
+    assert [item["state"] for item in items] == ["pending"] and cursor is None

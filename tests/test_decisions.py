@@ -1053,3 +1053,13 @@ def test_property_no_double_admission_monotone_watermark(
     accounted = set(covered) | set(verdicts) | pending
     assert set(cal.between(start + 1, sim.consumed)) <= accounted
     assert sorted(sim.admitted) == sorted(at for at, v in verdicts.items() if v == "admitted")
+
+
+def test_startup_under_skip_keeps_a_queued_candidate_but_drops_a_capacity_wait() -> None:
+    queued = Sim(hourly(), T0, overlap="queue", candidate=Candidate(T0, "queued"))
+    d = queued.tick(T0 + 30, active=1, startup=True)
+    assert d.candidate == Candidate(T0, "queued") and d.entries == []
+    waiting = Sim(hourly(), T0, candidate=Candidate(T0, "capacity"))
+    d = waiting.tick(T0 + 30, startup=True)
+    assert d.candidate is None
+    assert states(d) == [("skipped-misfire", T0, "supervisor-down")]

@@ -141,12 +141,15 @@ class Admin:
             "update",
             span_state="skipped-paused" if row.paused else "skipped-misfire",
         )
-        self._record(row, change.entries, now)
-        next_due, exhausted = None, row.exhausted
-        if not row.paused:
-            next_due, exhausted = next_due_after(
-                calendar_for(defn.trigger), change.consumed_through
-            )
+        entries = change.entries
+        trigger = defn.trigger
+        if isinstance(trigger, OneShotTrigger) and row.consumed_through < trigger.at <= now:
+            # Updates never backfill: an `at` already past is recorded, not run.
+            entries = [*entries, Entry("skipped-misfire", trigger.at, "already past at update")]
+        self._record(row, entries, now)
+        next_due, exhausted = next_due_after(calendar_for(trigger), change.consumed_through)
+        if row.paused:
+            next_due = None
         revision = row.revision + 1
         definition = canonical_json(defn)
         self.store.update_schedule(
@@ -286,7 +289,7 @@ class Admin:
                 updated_at=now,
                 consumed_through=consumed,
                 next_due=next_due,
-                exhausted=int(exhausted or row.exhausted),
+                exhausted=int(exhausted),
             )
         return self.get(schedule_id), True
 
@@ -373,7 +376,9 @@ class Admin:
         items.extend(occurrence_view(occurrence) for occurrence in rows[:room])
         next_cursor = None
         if room == 0:
-            next_cursor = encode_cursor(at=None, seq=None)
+            # Only the pending row fit: continue from the first stored row, if any.
+            if self.store.page_occurrences(schedule_id, None, 1):
+                next_cursor = encode_cursor(at=None, seq=None)
         elif len(rows) > room:
             last = rows[room - 1]
             next_cursor = encode_cursor(at=last.scheduled_at, seq=last.seq)

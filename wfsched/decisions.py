@@ -282,7 +282,9 @@ def _startup(tick: _Tick, cal: _Guarded) -> None:
     """
     decision, view = tick.decision, tick.view
     if view.misfire == "skip":
-        if decision.candidate is not None:
+        # A queued instant was not missed: it waits for its schedule's run,
+        # which recovery re-adopts or settles, so it stays queued.
+        if decision.candidate is not None and decision.candidate.why != "queued":
             held = decision.candidate
             decision.entries.append(Entry("skipped-misfire", held.at, "supervisor-down"))
             decision.candidate = None

@@ -23,8 +23,9 @@ def decode_cursor(cursor: str, *fields: str) -> dict[str, Any]:
         if not isinstance(key, dict) or key.get("v") != 1 or set(key) != {"v", *fields}:
             raise ValueError("wrong shape")
         for name in fields:
-            if key[name] is not None and (
-                not isinstance(key[name], int) or isinstance(key[name], bool)
+            value = key[name]
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or abs(value) >= 2**63
             ):
                 raise ValueError("wrong type")
     except (ValueError, UnicodeError, binascii.Error):
