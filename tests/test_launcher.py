@@ -9,6 +9,7 @@ inits (a container's pid 1) never reap the orphans these tests create.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -418,7 +419,7 @@ def test_spawn_errors_and_stop(tmp_path: Path) -> None:
     launcher.start()
     with pytest.raises(RuntimeError):
         launcher.start()
-    missing = LaunchSpec(**{**spec.__dict__, "attempt_dir": str(tmp_path / "nowhere")})
+    missing = dataclasses.replace(spec, attempt_dir=str(tmp_path / "nowhere"))
     with pytest.raises(LauncherError, match="attempt directory"):
         launcher.spawn(missing)
     handle = launcher.spawn(spec)
