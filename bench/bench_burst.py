@@ -1,0 +1,176 @@
+"""Burst: N schedules due at the same instant, capacity N, real supervisor.
+
+    python bench/bench_burst.py                  # N = 100, then N = 1000 (~1 min)
+    python bench/bench_burst.py --sizes 100 --repeat 3
+
+For each N: a fresh store, N one-shot schedules (`at` = the same whole
+second), created with `wfsched apply`; `wfsched supervise
+--max-concurrent-runs N` is started before the instant and stopped with
+SIGTERM once every run is recorded. Each job runs
+`date +%s.%N > "$BENCH_OUT/$WFSCHED_RUN_ID"`; "started" is that stamp.
+
+Checks: every run wrote its file, the store (and `wfsched runs --json`)
+holds N runs, all completed; the last job started within the target.
+Targets (issue): N=100 -> the 100th started < 500 ms after the instant;
+N=1000 -> all 1,000 started, the last < 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from common import (
+    STAMP_COMMAND,
+    Verdicts,
+    cli,
+    load_note,
+    log_events,
+    one_shot_definition,
+    percentile,
+    read_stamps,
+    report_log_problems,
+    start_supervisor,
+    stop_supervisor,
+    temp_store,
+    wait_for,
+    write_definitions,
+)
+
+from wfsched.store import Store
+from wfsched.timeutil import parse_instant
+
+TARGETS = {100: 0.5, 1000: 5.0}
+
+
+def cli_run_count(store: Path) -> int:
+    """Runs as `wfsched runs --json` pages them (100 per page)."""
+    total, cursor = 0, None
+    while True:
+        args = ["runs", "--json", "--limit", "100"]
+        if cursor:
+            args += ["--page", cursor]
+        page = json.loads(cli(store, *args).stdout)
+        total += len(page["items"])
+        cursor = page["next_cursor"]
+        if not cursor:
+            return total
+
+
+def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> None:
+    with temp_store(keep, f"wfsched-bench-burst{n}-") as root:
+        store, defs, out = root / "store", root / "defs", root / "out"
+        out.mkdir()
+        instant = math.ceil(time.time() + lead)
+        write_definitions(
+            defs,
+            (
+                (f"b-{i:05d}", one_shot_definition(f"b-{i:05d}", instant, STAMP_COMMAND, out))
+                for i in range(n)
+            ),
+        )
+        t0 = time.perf_counter()
+        cli(store, "apply", str(defs))
+        setup = time.perf_counter() - t0
+        sup = start_supervisor(store, root / "supervisor.log", max_concurrent_runs=n)
+        ahead = instant - time.time()
+        print(
+            f"\nN={n}: `wfsched apply` {setup:.2f}s; supervisor ready {ahead:.1f}s before the"
+            f" instant; {load_note()}"
+        )
+        if ahead < 1:
+            print("!! the supervisor was not asleep before the instant: raise --lead")
+        try:
+            wait_for(lambda: time.time() > instant, lead + 5, 0.05)
+            wait_for(lambda: sum(1 for _ in out.iterdir()) >= n, 60, 0.1)
+            db = Store(store, create=False)
+            wait_for(lambda: db.run_state_counts() == {} and bool(db.list_runs(limit=1)), 60, 0.2)
+            db.close()
+        finally:
+            rc = stop_supervisor(sup)
+
+        stamps = read_stamps(out)
+        db = Store(store, create=False)
+        runs = db.list_runs(limit=n * 2 + 10)
+        attempts = {run.seq: db.get_attempt(run.seq, 1) for run in runs}
+        db.close()
+        states: dict[str, int] = {}
+        for run in runs:
+            states[run.state] = states.get(run.state, 0) + 1
+        listed = cli_run_count(store)
+        lat = sorted(stamps[r.run_id] - instant for r in runs if r.run_id in stamps)
+        admitted = sorted(r.admitted_at - instant for r in runs)
+        marked = sorted(a.started_at - instant for a in attempts.values() if a and a.started_at)
+        events = log_events(sup)
+        times = [
+            parse_instant(e["time"][:19] + "Z") + float("0." + e["time"][20:23])
+            for e in events
+            if e.get("event") == "admitted"
+        ]
+        print(
+            f"  runs in store: {len(runs)} {states}; `wfsched runs --json` lists {listed};"
+            f" stamps written: {len(stamps)}"
+        )
+        if lat:
+            print(
+                f"  job started after the instant (ms): first {lat[0] * 1e3:.1f}"
+                f"  median {statistics.median(lat) * 1e3:.1f}"
+                f"  p95 {percentile(lat, 95) * 1e3:.1f}  last {lat[-1] * 1e3:.1f}"
+            )
+            for k in (1, 10, 50, 100, 500, 1000):
+                if k <= len(lat):
+                    print(f"    {k:>5}th started at +{lat[k - 1] * 1e3:8.1f} ms")
+        if admitted:
+            print(
+                f"  tick time (admitted_at): +{admitted[0] * 1e3:.1f} ms;"
+                f" admission log events from +{(min(times) - instant) * 1e3:.0f} to"
+                f" +{(max(times) - instant) * 1e3:.0f} ms"
+                if times
+                else ""
+            )
+        if marked:
+            print(
+                f"  attempts marked running: first +{marked[0] * 1e3:.1f} ms,"
+                f" last +{marked[-1] * 1e3:.1f} ms"
+            )
+        ticks = len({round(a, 3) for a in admitted})
+        print(f"  admitted over {ticks} tick(s)")
+        report_log_problems(sup)
+        limit = TARGETS.get(n)
+        verdicts.require(f"{label}: all started", len(stamps) == n, f"{len(stamps)}/{n}")
+        verdicts.require(
+            f"{label}: runs recorded",
+            len(runs) == n and listed == n and states.get("completed", 0) == n,
+            f"{states.get('completed', 0)}/{n} completed",
+        )
+        if limit is not None and lat:
+            verdicts.check(f"{label}: last start", lat[-1] * 1000, limit * 1000, "ms")
+        elif lat:
+            print(f"  (no target for N={n}; last start +{lat[-1] * 1e3:.0f} ms)")
+        verdicts.require(f"{label}: SIGTERM exit", rc == 0, f"rc={rc}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100,1000", help="comma-separated N [100,1000]")
+    parser.add_argument("--repeat", type=int, default=1, help="bursts per size [1]")
+    parser.add_argument(
+        "--lead", type=float, default=0.0, help="seconds from setup to the instant [4 + N/250]"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directories")
+    args = parser.parse_args()
+    verdicts = Verdicts()
+    for n in (int(s) for s in args.sizes.split(",")):
+        for r in range(args.repeat):
+            label = f"N={n}" + (f" #{r + 1}" if args.repeat > 1 else "")
+            burst(n, args.lead or 4 + n / 250, args.keep, verdicts, label)
+    return verdicts.print()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Idle cost: 10,000 hourly schedules, none due, real supervisor.
+
+    python bench/bench_idle.py                    # 10,000 schedules, 60 s (~90 s)
+    python bench/bench_idle.py --seconds 20 --schedules 2000
+    python bench/bench_idle.py --create apply     # create through `wfsched apply DIR`
+    python bench/bench_idle.py --profile 30       # also profile 30 in-process ticks
+
+The schedules are `M * * * *` with M the minute 30 minutes from now (or
+--cron), so none is due while measuring. They are created through
+`Admin.create` in one store transaction (default; timed), or by writing
+10,000 files and running `wfsched apply` on the folder (--create apply).
+
+`wfsched supervise` (default poll interval 1 s) is started, given --warmup
+seconds for its startup tick, then measured for --seconds: CPU from
+/proc/<pid>/stat utime+stime deltas (the supervisor process alone; its fork
+server reported beside it), RSS from VmRSS in /proc/<pid>/status, sampled
+every second. Stopped with SIGTERM.
+
+Targets (issue): supervisor CPU < 0.5 % of one core, RSS < 100 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from common import (
+    NullControl,
+    Verdicts,
+    children,
+    cli,
+    cpu_seconds,
+    cron_definition,
+    load_note,
+    report_log_problems,
+    rss_kib,
+    start_supervisor,
+    stop_supervisor,
+    temp_store,
+    write_definitions,
+)
+
+from wfsched.admin import Admin
+from wfsched.definition import parse_definition
+from wfsched.store import Store
+from wfsched.supervisor import Supervisor, SupervisorConfig
+
+
+def create_schedules(store_dir: Path, defs: Path, n: int, cron: str, method: str) -> float:
+    docs = (
+        (f"idle-{i:05d}", cron_definition(f"idle-{i:05d}", cron, ["/bin/true"])) for i in range(n)
+    )
+    t0 = time.perf_counter()
+    if method == "apply":
+        write_definitions(defs, docs)
+        t1 = time.perf_counter()
+        cli(store_dir, "apply", str(defs))
+        print(
+            f"setup: wrote {n} files in {t1 - t0:.2f}s;"
+            f" `wfsched apply` took {time.perf_counter() - t1:.2f}s"
+        )
+        return time.perf_counter() - t0
+    store = Store(store_dir)
+    admin = Admin(store)
+    with store.atomic():
+        for name, text in docs:
+            admin.create(parse_definition(text, f"{name}.toml", now=int(time.time())))
+    store.close()
+    elapsed = time.perf_counter() - t0
+    print(
+        f"setup: {n} x Admin.create in one transaction took {elapsed:.2f}s"
+        f" ({elapsed / n * 1e3:.2f} ms each)"
+    )
+    return elapsed
+
+
+def profile_ticks(store_dir: Path, ticks: int) -> None:
+    """The same store, ticked in-process under cProfile (no process starts)."""
+    store = Store(store_dir)
+    control = NullControl()
+    sup = Supervisor(store, SupervisorConfig(), control, log=lambda *a, **k: None)
+    sup.recover()
+    sup.tick()  # the startup tick
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(ticks):
+        sup.tick()
+        sup._sleep_seconds()  # the loop asks this after every tick
+    prof.disable()
+    per = (time.perf_counter() - t0) / ticks
+    print(
+        f"\nin-process: {ticks} idle ticks (+ _sleep_seconds), {per * 1e3:.2f} ms per tick"
+        f" under cProfile"
+    )
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+    print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
+    control.stop()
+    store.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schedules", type=int, default=10_000, help="[10000]")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured span [60]")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring [5]")
+    parser.add_argument("--cron", help="expression [the minute 30 minutes from now, hourly]")
+    parser.add_argument("--create", choices=("admin", "apply"), default="admin")
+    parser.add_argument("--poll-interval", type=float, help="passed to supervise [default 1]")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="TICKS",
+        help="afterwards, profile TICKS in-process ticks [0]",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    args = parser.parse_args()
+
+    now = datetime.now(UTC)
+    cron = args.cron or f"{(now.minute + 30) % 60} * * * *"
+    verdicts = Verdicts()
+    with temp_store(args.keep, "wfsched-bench-idle-") as root:
+        store = root / "store"
+        create_schedules(store, root / "defs", args.schedules, cron, args.create)
+        print(f"cron {cron!r}; {load_note()}")
+        sup = start_supervisor(store, root / "supervisor.log", poll_interval=args.poll_interval)
+        try:
+            time.sleep(args.warmup)
+            server = children(sup.pid)
+            cpu0, t0 = cpu_seconds(sup.pid), time.monotonic()
+            srv0 = cpu_seconds(server[0]) if server else 0.0
+            rss, srv_rss = [], []
+            while time.monotonic() - t0 < args.seconds:
+                time.sleep(min(1.0, args.seconds - (time.monotonic() - t0)) or 0.01)
+                rss.append(rss_kib(sup.pid))
+                if server:
+                    srv_rss.append(rss_kib(server[0]))
+            cpu1, t1 = cpu_seconds(sup.pid), time.monotonic()
+            srv1 = cpu_seconds(server[0]) if server else 0.0
+            db = Store(store, create=False)
+            last_tick = float(db.get_meta("last_tick_at") or 0)
+            runs = len(db.list_runs(limit=10))
+            db.close()
+        finally:
+            rc = stop_supervisor(sup)
+        span = t1 - t0
+        cpu_pct = (cpu1 - cpu0) / span * 100
+        print(
+            f"\nsupervisor pid {sup.pid}: CPU {cpu1 - cpu0:.3f}s over {span:.1f}s ="
+            f" {cpu_pct:.3f}% of one core; RSS max {max(rss) / 1024:.1f} MB"
+            f" (last {rss[-1] / 1024:.1f} MB)"
+        )
+        if server:
+            print(
+                f"fork server pid {server[0]}: CPU {(srv1 - srv0) / span * 100:.3f}% ;"
+                f" RSS max {max(srv_rss) / 1024:.1f} MB"
+            )
+        print(
+            f"last tick recorded {time.time() - last_tick:.1f}s before the stop; runs: {runs}"
+            f"; {load_note()}"
+        )
+        report_log_problems(sup)
+        verdicts.check("supervisor CPU", cpu_pct, 0.5, "%", ".3f")
+        verdicts.check("supervisor RSS", max(rss) / 1024, 100, "MB")
+        verdicts.require("nothing ran", runs == 0, f"{runs} runs")
+        verdicts.require("SIGTERM exit", rc == 0, f"rc={rc}")
+        if args.profile:
+            profile_ticks(store, args.profile)
+        return verdicts.print()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

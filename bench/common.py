@@ -1,0 +1,375 @@
+"""Shared helpers for the supervisor benchmarks (bench_latency, bench_burst,
+bench_idle, bench_catchup).
+
+Everything here drives the product the way an operator does: definitions go
+through `wfsched apply` (or the `Admin` API where the CLI would dominate the
+setup time), the supervisor is the real `wfsched supervise` process, stopped
+with SIGTERM, and results are read back from the store and from files the
+jobs themselves wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle, read_exit_record, read_shim_record
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# The job of every latency/burst benchmark: its first instruction records the
+# wall clock into a file named after the run (`date` is a fresh exec, so this
+# is "due instant to the job's first instruction" within ~1 ms of dash + date).
+STAMP_COMMAND = 'date +%s.%N > "$BENCH_OUT/$WFSCHED_RUN_ID"'
+
+
+def wfsched_argv() -> list[str]:
+    """The console script beside this interpreter (not a pyenv shim, which
+    adds a bash start-up to every call); $BENCH_WFSCHED (a command line)
+    replaces it, e.g. to A/B a patched build of the same store format."""
+    if os.environ.get("BENCH_WFSCHED"):
+        return shlex.split(os.environ["BENCH_WFSCHED"])
+    beside = Path(sys.executable).with_name("wfsched")
+    if beside.exists():
+        return [str(beside)]
+    return [sys.executable, "-m", "wfsched"]
+
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextlib.contextmanager
+def temp_store(keep: bool, prefix: str) -> Iterator[Path]:
+    """A scratch directory holding `store/`, `defs/`, `out/` and the logs.
+
+    On disk (not tmpfs) unless TMPDIR says otherwise: fsync costs are part of
+    what the supervisor does per admission.
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield root
+    finally:
+        if keep:
+            print(f"kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def write_definitions(folder: Path, documents: Iterable[tuple[str, str]]) -> int:
+    folder.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for name, text in documents:
+        (folder / f"{name}.toml").write_text(text)
+        count += 1
+    return count
+
+
+def one_shot_definition(
+    schedule_id: str,
+    at: float,
+    command: str = STAMP_COMMAND,
+    out_dir: Path | None = None,
+    extra: str = "",
+) -> str:
+    env = f'env = {{ BENCH_OUT = "{out_dir}" }}\n' if out_dir is not None else ""
+    return (
+        f'id = "{schedule_id}"\n'
+        "[trigger]\n"
+        f'at = "{rfc3339(at)}"\n'
+        "[run]\n"
+        f"command = {json.dumps(command)}\n"
+        f"{env}"
+        f"{extra}"
+    )
+
+
+def cron_definition(
+    schedule_id: str,
+    cron: str,
+    command: str | list[str],
+    out_dir: Path | None = None,
+    extra: str = "",
+) -> str:
+    env = f'env = {{ BENCH_OUT = "{out_dir}" }}\n' if out_dir is not None else ""
+    return (
+        f'id = "{schedule_id}"\n'
+        "[trigger]\n"
+        f'cron = "{cron}"\n'
+        "[run]\n"
+        f"command = {json.dumps(command)}\n"
+        f"{env}"
+        f"{extra}"
+    )
+
+
+def cli(store: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [*wfsched_argv(), "--store", str(store), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(
+            f"wfsched {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}"
+        )
+    return proc
+
+
+# -- the supervisor process ----------------------------------------------------
+
+
+@dataclass
+class SupervisorProcess:
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    started_wall: float
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+def start_supervisor(
+    store: Path,
+    log_path: Path,
+    *,
+    max_concurrent_runs: int | None = None,
+    poll_interval: float | None = None,
+    extra: Sequence[str] = (),
+    ready_timeout: float = 30.0,
+) -> SupervisorProcess:
+    """`wfsched --store STORE supervise ...`, stderr to log_path; returns once
+    the `started` event is logged (lock taken, recovery done)."""
+    argv = [*wfsched_argv(), "--store", str(store), "supervise", "--log-format", "json"]
+    if max_concurrent_runs is not None:
+        argv += ["--max-concurrent-runs", str(max_concurrent_runs)]
+    if poll_interval is not None:
+        argv += ["--poll-interval", str(poll_interval)]
+    argv += list(extra)
+    log = open(log_path, "wb")  # noqa: SIM115 - owned by the child from here on
+    started = time.time()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    log.close()
+    sup = SupervisorProcess(proc, log_path, started)
+    deadline = time.monotonic() + ready_timeout
+    while '"event": "started"' not in sup.log_text():
+        if proc.poll() is not None:
+            raise RuntimeError(f"supervisor exited {proc.returncode}:\n{sup.log_text()}")
+        if time.monotonic() > deadline:
+            stop_supervisor(sup)
+            raise RuntimeError(f"supervisor not ready after {ready_timeout}s:\n{sup.log_text()}")
+        time.sleep(0.02)
+    return sup
+
+
+def stop_supervisor(sup: SupervisorProcess, timeout: float = 60.0) -> int:
+    """SIGTERM (the documented stop), then wait; SIGKILL only if it hangs."""
+    if sup.proc.poll() is None:
+        sup.proc.send_signal(signal.SIGTERM)
+        try:
+            sup.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(f"!! supervisor {sup.pid} ignored SIGTERM for {timeout}s; SIGKILL")
+            sup.proc.kill()
+            sup.proc.wait()
+    return sup.proc.returncode
+
+
+def log_events(sup: SupervisorProcess) -> list[dict[str, Any]]:
+    events = []
+    for line in sup.log_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            events.append({"event": "non-json-line", "line": line})
+    return events
+
+
+BAD_EVENTS = {
+    "failed",
+    "blocked",
+    "preflight-rejected",
+    "skipped-misfire",
+    "skipped-overlap",
+    "non-json-line",
+}
+
+
+def report_log_problems(sup: SupervisorProcess, expected: Iterable[str] = ()) -> int:
+    """Print supervisor log lines that signal trouble; returns their number."""
+    allowed = set(expected)
+    bad = [e for e in log_events(sup) if e.get("event") in BAD_EVENTS - allowed]
+    if bad:
+        print(f"  supervisor log: {len(bad)} problem event(s), first ones:")
+        for event in bad[:8]:
+            print(f"    {json.dumps(event)[:300]}")
+    return len(bad)
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+# -- /proc -----------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of pid (not its children), in seconds."""
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except FileNotFoundError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+# -- the jobs' own timestamps ------------------------------------------------------
+
+
+def read_stamps(out_dir: Path) -> dict[str, float]:
+    stamps = {}
+    for path in out_dir.iterdir():
+        text = path.read_text().strip()
+        if text:
+            stamps[path.name] = float(text)
+    return stamps
+
+
+# -- statistics and verdicts -----------------------------------------------------------
+
+
+def load_note() -> str:
+    """The machine's load: benchmark figures mean little on a busy host."""
+    one, five, _ = os.getloadavg()
+    return f"loadavg {one:.2f} (1 min) {five:.2f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary_ms(values: Sequence[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return (
+        f"n={len(ms)} min={min(ms):.1f} median={statistics.median(ms):.1f}"
+        f" p95={percentile(ms, 95):.1f} max={max(ms):.1f} ms"
+    )
+
+
+class Verdicts:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, bool]] = []
+
+    def check(self, name: str, measured: float, limit: float, unit: str, fmt: str = ".1f") -> bool:
+        ok = measured < limit
+        ratio = measured / limit if limit else math.inf
+        self.rows.append(
+            (name, f"{measured:{fmt}} {unit}", f"< {limit:{fmt}} {unit} (x{ratio:.2f})", ok)
+        )
+        return ok
+
+    def require(self, name: str, ok: bool, detail: str) -> bool:
+        self.rows.append((name, detail, "", ok))
+        return ok
+
+    def print(self) -> int:
+        print("\nTargets:")
+        width = max(len(r[0]) for r in self.rows) if self.rows else 0
+        for name, measured, target, ok in self.rows:
+            print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {measured:>14}  {target}")
+        return 0 if all(r[3] for r in self.rows) else 1
+
+
+# -- an in-process ProcessControl for Supervisor.tick() measurements ----------------
+
+
+class NullControl:
+    """Starts nothing: each spawn is recorded and its 'shim' exits at once
+    with status 0, written as the real shim writes it (so ingestion is the
+    production path)."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self.spawned: list[LaunchSpec] = []
+        self._next_pid = 50000
+        self._exited: list[int] = []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def spawn(self, spec: LaunchSpec) -> ShimHandle:
+        self.spawned.append(spec)
+        self._next_pid += 1
+        return ShimHandle(self._next_pid, 1)
+
+    def fileno(self) -> int:
+        return self._read
+
+    def drain_exits(self) -> list[int]:
+        exited, self._exited = self._exited, []
+        return exited
+
+    def alive(self, handle: ShimHandle) -> bool:
+        return False
+
+    def cancel(self, handle: ShimHandle) -> bool:
+        return False
+
+    def read_exit(self, attempt_dir: str) -> ExitRecord | None:
+        return read_exit_record(attempt_dir)
+
+    def read_shim(self, attempt_dir: str) -> ShimHandle | None:
+        return read_shim_record(attempt_dir)
