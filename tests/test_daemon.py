@@ -268,3 +268,46 @@ def test_env_of_the_job(store: Path, tmp_path: Path) -> None:
     assert Path(env["WFSCHED_STATE_DIR"]).is_dir()
     assert "NOTIFY_SOCKET" not in env
     assert os.path.exists(env["WFSCHED_INPUT"])
+
+
+def test_a_dead_fork_server_is_replaced_and_runs_go_on(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ran"
+    define(
+        store,
+        tmp_path,
+        "job",
+        f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "echo x >> {out}"]\n',
+    )
+    define(
+        store,
+        tmp_path,
+        "sleeper",
+        '[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sleep", "2"]\n',
+    )
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        assert wfsched(store, "trigger", "sleeper").returncode == 0
+        wait_for(lambda: run_state(store, "run-000001") == "running", what="sleeper")
+        servers = [
+            int(pid)
+            for pid in os.listdir("/proc")
+            if pid.isdigit() and _parent(int(pid)) == daemon.proc.pid
+        ]
+        assert servers, "the fork server is the supervisor's child"
+        for pid in servers:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: "launcher-lost" in daemon.text(), what="the loss to be noticed")
+        assert wfsched(store, "trigger", "job").returncode == 0
+        wait_for(lambda: out.exists(), what="a launch through the new server")
+        wait_for(lambda: run_state(store, "run-000001") == "completed", what="sleeper end")
+    finally:
+        assert daemon.stop() == 0
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

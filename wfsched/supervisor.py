@@ -28,7 +28,7 @@ from wfsched.eventlog import EventLog
 from wfsched.faults import FaultHook, no_fault
 from wfsched.hooks import FailureHooks, RunFacts
 from wfsched.inputs import resolve_input
-from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle
+from wfsched.launcher import ExitRecord, LauncherError, LaunchSpec, ShimHandle
 from wfsched.model import Definition
 from wfsched.ownership import Ownership
 from wfsched.preflight import preflight
@@ -146,6 +146,7 @@ class Supervisor:
         self._calendars: dict[tuple[str, int], CronCalendar | OneShotCalendar] = {}
         self._round_robin_after = ""
         self._startup = True
+        self._selector: selectors.BaseSelector | None = None
         self.draining = False
         self.stop_requested = False
         self.wake_now = False
@@ -169,7 +170,7 @@ class Supervisor:
         self.recover()
         self.notifier.send("READY=1", "STATUS=supervising")
         self.log("started", pid=os.getpid(), store=str(self.store.root))
-        selector = self._selector()
+        selector = self._make_selector()
         watchdog_due = time.monotonic()
         while not self.stop_requested:
             self.tick()
@@ -184,9 +185,10 @@ class Supervisor:
         """Signal handler: only sets the flag; the loop does the work."""
         self.stop_requested = True
 
-    def _selector(self) -> selectors.BaseSelector:
+    def _make_selector(self) -> selectors.BaseSelector:
         selector = selectors.DefaultSelector()
         selector.register(self.control.fileno(), selectors.EVENT_READ)
+        self._selector = selector
         read_end, write_end = os.pipe()
         os.set_blocking(read_end, False)
         os.set_blocking(write_end, False)
@@ -410,7 +412,7 @@ class Supervisor:
         for run, invocation, rundir in prepared:
             spec = self._spec(run, invocation, rundir, attempt, resume_input is not None)
             try:
-                handle = self.control.spawn(spec)
+                handle = self._spawn(spec)
             except OSError as exc:
                 self._finish_unlaunched(run, attempt, f"could not start the shim: {exc}")
                 continue
@@ -463,6 +465,28 @@ class Supervisor:
             kill_grace=invocation["kill_grace"],
         )
 
+    def _spawn(self, spec: LaunchSpec) -> ShimHandle:
+        try:
+            return self.control.spawn(spec)
+        except LauncherError as exc:
+            self._replace_launcher(exc)
+            return self.control.spawn(spec)
+
+    def _replace_launcher(self, exc: Exception) -> None:
+        """The fork server died: start a new one (it closes every inherited
+        descriptor, lock and database included) and poll the shims the old
+        one would have reported, as after a restart."""
+        self.log("launcher-lost", reason=str(exc))
+        for watch in self.watches.values():
+            watch.adopted = True
+        if self._selector is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(self.control.fileno())
+        self.control.stop()
+        self.control.start()
+        if self._selector is not None:
+            self._selector.register(self.control.fileno(), selectors.EVENT_READ)
+
     def _watch(self, watch: Watch) -> None:
         self.watches[watch.run_seq] = watch
         if watch.handle is not None:
@@ -487,7 +511,12 @@ class Supervisor:
     def ingest_exits(self) -> None:
         """Exit records of shims the fork server reaped, plus a look at every
         adopted shim (not our grandchild, so nobody reports its end)."""
-        exited = self.hooks.reaped(self.control.drain_exits())
+        try:
+            drained = self.control.drain_exits()
+        except LauncherError as exc:
+            self._replace_launcher(exc)
+            drained = []
+        exited = self.hooks.reaped(drained)
         reaped = {self._pids[pid] for pid in exited if pid in self._pids}
         for seq, watch in list(self.watches.items()):
             if seq not in reaped and not watch.adopted:
