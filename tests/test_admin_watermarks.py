@@ -327,8 +327,8 @@ def test_delete_is_soft_and_the_id_is_never_reusable(env: Env, tmp_path: Path) -
     # History stays readable under the same id.
     assert env.admin.get("job")["state"] == "deleted"
     assert len(env.admin.occurrences("job")[0]) == len(env.ledger())
-    assert [v["id"] for v in env.admin.list(include_deleted=True)] == ["job"]
-    assert env.admin.list() == []
+    assert [v["id"] for v in env.admin.schedules(include_deleted=True)] == ["job"]
+    assert env.admin.schedules() == []
     # Idempotent.
     assert env.admin.delete("job")[1] is False
     # Never reusable: create, apply (nothing written by a refused apply).

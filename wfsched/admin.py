@@ -72,7 +72,7 @@ class Admin:
         active = self.store.active_run_counts([row.id]).get(row.id, 0)
         return schedule_view(row, self.definition(row), active)
 
-    def list(self, include_deleted: bool = False) -> list[dict[str, Any]]:
+    def schedules(self, include_deleted: bool = False) -> list[dict[str, Any]]:
         with self.store.snapshot():
             rows = self.store.list_schedules(include_deleted)
             active = self.store.all_active_run_counts()

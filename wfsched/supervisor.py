@@ -547,6 +547,7 @@ class Supervisor:
         now = self.clock()
         exit_code: int | None = None
         finished = now
+        reason: str | None
         if record is not None and record.attempt != watch.attempt:
             state = "failed"
             reason = (

@@ -239,7 +239,7 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
     store = state.store(create=False)
     items: list[dict[str, Any]] = []
     if store is not None:
-        items = state.admin().list(include_deleted=show_all)
+        items = state.admin().schedules(include_deleted=show_all)
     if as_json:
         output.print_json({"items": items, "next_cursor": None})
         return
