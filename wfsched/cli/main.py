@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from wfsched import __version__
-from wfsched.cli import CliState, runs, schedules, supervise
+from wfsched.cli import CliState, prune, runs, schedules, supervise
 from wfsched.errors import WfschedError
 
 PROG = "wfsched"
@@ -140,6 +140,7 @@ def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
 schedules.register(cli)
 runs.register(cli)
 supervise.register(cli)
+prune.register(cli)
 # ---------------------------------------------------------------------------------
 
 

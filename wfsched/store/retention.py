@@ -1,9 +1,238 @@
-"""Queries behind `wfsched prune` and automatic retention (mixed into Store)."""
+"""Queries behind `wfsched prune` and automatic retention (mixed into Store).
+
+Every statement `wfsched.retention` needs lives here; that module decides
+what to remove and owns the transactions. Nothing here deletes a schedule or
+a revision, and nothing touches a row tied to an unfinished run: the
+`finished` predicates below are the only way a run becomes removable.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+FINISHED_RUN_STATES = ("completed", "failed")
+PRUNED_STATE = "pruned"
+
+_FINISHED = "('completed', 'failed')"
+_LEDGER_COLUMNS = "o.seq, o.scheduled_at, o.last_at, o.count, o.summary, o.state, o.revision"
+
+
+@dataclass(frozen=True)
+class LedgerItem:
+    """One occurrence row as retention sees it: the span it accounts for."""
+
+    seq: int
+    first: int
+    last: int
+    count: int | None
+    """Instants covered: 1 for a row of its own, the summary's count (None = unknown)."""
+    state: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class PrunableRow:
+    """An occurrence row retention may remove, with the run that goes with it."""
+
+    item: LedgerItem
+    schedule_id: str
+    run_seq: int | None
+
+
+def _ledger_item(row: Sequence[Any]) -> LedgerItem:
+    seq, first, last, count, summary, state, revision = row
+    return LedgerItem(
+        seq=seq,
+        first=first,
+        last=last if last is not None else first,
+        count=count if summary else 1,
+        state=state,
+        revision=revision,
+    )
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ",".join("?" for _ in values)
 
 
 class RetentionQueries:
     _conn: sqlite3.Connection
+
+    # -- what is removable ------------------------------------------------------
+
+    def retention_schedule_ids(self) -> list[str]:
+        """Every schedule, deleted ones included: their history ages too."""
+        return [row[0] for row in self._conn.execute("SELECT id FROM schedules ORDER BY id")]
+
+    def prunable_ledger_rows(
+        self,
+        schedule_id: str,
+        cutoff: float,
+        after: tuple[int, int] | None,
+        limit: int,
+    ) -> list[PrunableRow]:
+        """The schedule's oldest removable occurrence rows, by (instant, seq).
+
+        Removable: the row of a finished run that finished before `cutoff`,
+        or a row with no run whose instant(s) and recording are all before
+        it. `pruned` rows are the record of earlier pruning and stay. The
+        range `scheduled_at < cutoff` keeps this an index seek on
+        occurrences_page however long the history is; keys start after
+        `after` (keyset order).
+        """
+        after_at, after_seq = after if after is not None else (-(2**62), 0)
+        rows = self._conn.execute(
+            f"SELECT {_LEDGER_COLUMNS}, o.run_seq FROM occurrences o"
+            " LEFT JOIN runs r ON r.seq = o.run_seq"
+            " WHERE o.schedule_id = ? AND o.scheduled_at < ?"
+            " AND (o.scheduled_at, o.seq) > (?, ?) AND o.state != ?"
+            " AND ((o.run_seq IS NULL AND o.recorded_at < ?"
+            "       AND COALESCE(o.last_at, o.scheduled_at) < ?)"
+            f"   OR (r.state IN {_FINISHED} AND r.finished_at < ?))"
+            " ORDER BY o.scheduled_at, o.seq LIMIT ?",
+            (
+                schedule_id,
+                cutoff,
+                after_at,
+                after_seq,
+                PRUNED_STATE,
+                cutoff,
+                cutoff,
+                cutoff,
+                limit,
+            ),
+        )
+        return [PrunableRow(_ledger_item(row[:7]), schedule_id, row[7]) for row in rows.fetchall()]
+
+    def prunable_runs(self, cutoff: float, after_seq: int, limit: int) -> list[tuple[int, str]]:
+        """Finished runs that finished before `cutoff`, by seq: (seq, schedule_id).
+
+        Manual runs (no occurrence row) are found only here. There is no
+        index on finished_at, so this walks runs by rowid from `after_seq`.
+        """
+        rows = self._conn.execute(
+            f"SELECT seq, schedule_id FROM runs WHERE seq > ? AND state IN {_FINISHED}"
+            " AND finished_at < ? ORDER BY seq LIMIT ?",
+            (after_seq, cutoff, limit),
+        )
+        return [(int(seq), str(schedule_id)) for seq, schedule_id in rows.fetchall()]
+
+    def occurrence_rows_of_runs(self, run_seqs: Sequence[int]) -> list[PrunableRow]:
+        """The ledger rows linked to these runs (occurrences_run index)."""
+        found: list[PrunableRow] = []
+        for start in range(0, len(run_seqs), 500):
+            chunk = list(run_seqs[start : start + 500])
+            rows = self._conn.execute(
+                f"SELECT {_LEDGER_COLUMNS}, o.run_seq, o.schedule_id FROM occurrences o"
+                f" WHERE o.run_seq IN ({_marks(chunk)})",
+                chunk,
+            )
+            found.extend(
+                PrunableRow(_ledger_item(row[:7]), str(row[8]), row[7]) for row in rows.fetchall()
+            )
+        return found
+
+    def attempt_count(self, run_seqs: Sequence[int]) -> int:
+        total = 0
+        for start in range(0, len(run_seqs), 500):
+            chunk = list(run_seqs[start : start + 500])
+            row = self._conn.execute(
+                f"SELECT COUNT(*) FROM attempts WHERE run_seq IN ({_marks(chunk)})", chunk
+            ).fetchone()
+            total += int(row[0])
+        return total
+
+    def run_seqs_between(self, low: int, high: int) -> set[int]:
+        """Run rows that exist with low <= seq <= high (a rowid range)."""
+        rows = self._conn.execute("SELECT seq FROM runs WHERE seq BETWEEN ? AND ?", (low, high))
+        return {int(row[0]) for row in rows.fetchall()}
+
+    # -- removing -----------------------------------------------------------------
+
+    def delete_occurrence_rows(self, seqs: Sequence[int]) -> int:
+        """Occurrence rows first: they reference runs (occurrences.run_seq)."""
+        removed = 0
+        for start in range(0, len(seqs), 500):
+            chunk = list(seqs[start : start + 500])
+            cursor = self._conn.execute(
+                f"DELETE FROM occurrences WHERE seq IN ({_marks(chunk)}) AND state != ?",
+                (*chunk, PRUNED_STATE),
+            )
+            removed += cursor.rowcount
+        return removed
+
+    def delete_finished_runs(self, run_seqs: Sequence[int]) -> tuple[int, int]:
+        """Attempts, then the runs; (runs, attempts) removed.
+
+        The state test is repeated here so that no caller can remove an
+        unfinished run's attempts or row, whatever list it passes.
+        """
+        runs = attempts = 0
+        for start in range(0, len(run_seqs), 500):
+            chunk = list(run_seqs[start : start + 500])
+            marks = _marks(chunk)
+            attempts += self._conn.execute(
+                f"DELETE FROM attempts WHERE run_seq IN (SELECT seq FROM runs"
+                f" WHERE seq IN ({marks}) AND state IN {_FINISHED})",
+                chunk,
+            ).rowcount
+            runs += self._conn.execute(
+                f"DELETE FROM runs WHERE seq IN ({marks}) AND state IN {_FINISHED}", chunk
+            ).rowcount
+        return runs, attempts
+
+    # -- the ledger around what was removed ---------------------------------------
+
+    def ledger_window(self, schedule_id: str, low: int, high: int) -> list[LedgerItem]:
+        """Rows with low <= instant <= high, by (instant, seq)."""
+        rows = self._conn.execute(
+            f"SELECT {_LEDGER_COLUMNS} FROM occurrences o WHERE o.schedule_id = ?"
+            " AND o.scheduled_at BETWEEN ? AND ? ORDER BY o.scheduled_at, o.seq",
+            (schedule_id, low, high),
+        )
+        return [_ledger_item(row) for row in rows.fetchall()]
+
+    def ledger_neighbour(
+        self, schedule_id: str, instant: int, *, before: bool
+    ) -> LedgerItem | None:
+        """The row just before (or after) `instant` in ledger order."""
+        if before:
+            sql = (
+                f"SELECT {_LEDGER_COLUMNS} FROM occurrences o WHERE o.schedule_id = ?"
+                " AND o.scheduled_at < ? ORDER BY o.scheduled_at DESC, o.seq DESC LIMIT 1"
+            )
+        else:
+            sql = (
+                f"SELECT {_LEDGER_COLUMNS} FROM occurrences o WHERE o.schedule_id = ?"
+                " AND o.scheduled_at > ? ORDER BY o.scheduled_at, o.seq LIMIT 1"
+            )
+        row = self._conn.execute(sql, (schedule_id, instant)).fetchone()
+        return _ledger_item(row) if row else None
+
+    def update_pruned_row(
+        self,
+        seq: int,
+        first: int,
+        last: int,
+        count: int | None,
+        revision: int,
+        reason: str,
+        recorded_at: float,
+    ) -> None:
+        self._conn.execute(
+            "UPDATE occurrences SET scheduled_at = ?, last_at = ?, count = ?, revision = ?,"
+            " reason = ?, recorded_at = ? WHERE seq = ? AND state = ?",
+            (first, last, count, revision, reason, recorded_at, seq, PRUNED_STATE),
+        )
+
+    def delete_pruned_rows(self, seqs: Sequence[int]) -> None:
+        """Merged away: another `pruned` row now covers their span."""
+        for start in range(0, len(seqs), 500):
+            chunk = list(seqs[start : start + 500])
+            self._conn.execute(
+                f"DELETE FROM occurrences WHERE seq IN ({_marks(chunk)}) AND state = ?",
+                (*chunk, PRUNED_STATE),
+            )

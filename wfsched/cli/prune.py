@@ -1,0 +1,84 @@
+"""`wfsched prune`: remove finished runs and ledger history older than a bound."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from wfsched.cli import CliState, pass_state
+from wfsched.cli.output import print_json, say
+from wfsched.errors import NotFoundError, OperationError, UsageError
+
+if TYPE_CHECKING:
+    from wfsched.retention import PruneReport
+
+SHOWN_RUN_IDS = 20
+
+
+@click.command()
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    metavar="DURATION",
+    help="Age bound: seconds or <n>s|m|h|d, e.g. 30d.",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be removed; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Remove finished runs (rows, attempts, run directories) and ledger rows
+    older than DURATION.
+
+    Unfinished runs (admitted, running, interrupted) and their rows are never
+    touched, nor are schedules. The removed span of each schedule's history
+    stays accounted for by a `pruned` summary row. Safe while a supervisor runs.
+    """
+    from wfsched.retention import prune as prune_store
+    from wfsched.timeutil import parse_duration
+
+    text = older_than.strip()
+    try:
+        seconds = parse_duration(int(text) if text.isdigit() else text)
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+    store = state.store(create=False)
+    if store is None:
+        raise NotFoundError(f"no store at {state.resolved_store_path()}; nothing to prune")
+    report = prune_store(store, seconds, state.clock(), dry_run=dry_run)
+    if as_json:
+        print_json({"older_than": seconds, **report.to_json()})
+    else:
+        _say_report(report)
+    if report.errors:
+        raise OperationError(
+            f"{len(report.errors)} run director{'y' if len(report.errors) == 1 else 'ies'}"
+            f" could not be removed (the next prune retries): {report.errors[0]}"
+        )
+
+
+def _say_report(report: PruneReport) -> None:
+    verb = "would remove" if report.dry_run else "removed"
+    say(f"history finished before {_instant(report.cutoff)}: {verb}")
+    say(f"  runs:             {report.runs} ({report.attempts} attempts)")
+    say(f"  occurrence rows:  {report.occurrences}")
+    say(f"  run directories:  {report.run_dirs}")
+    if not report.dry_run:
+        say(f"  `pruned` summary rows written: {report.summary_rows}")
+    if report.run_ids:
+        shown = ", ".join(report.run_ids[:SHOWN_RUN_IDS])
+        rest = len(report.run_ids) - SHOWN_RUN_IDS
+        say(f"  run ids: {shown}" + (f" and {rest} more (--json lists all)" if rest > 0 else ""))
+    if report.dry_run:
+        say("dry run: nothing was written")
+
+
+def _instant(epoch: float) -> str:
+    from wfsched.timeutil import format_instant
+
+    return format_instant(epoch) or "-"
+
+
+def register(group: click.Group) -> None:
+    group.add_command(prune)
