@@ -552,3 +552,21 @@ def test_pending_only_page_has_no_cursor_without_history(env: Env) -> None:
         env.store.update_schedule("job", candidate_at=T0, candidate_why="misfire")
     items, cursor = env.admin.occurrences("job", limit=1)
     assert [item["state"] for item in items] == ["pending"] and cursor is None
+
+
+def test_apply_skips_hidden_paths_dedupes_files_and_refuses_an_empty_prune(
+    env: Env, tmp_path: Path
+) -> None:
+    folder = tmp_path / "defs"
+    (folder / ".git").mkdir(parents=True)
+    text = 'id = "job"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["true"]\n'
+    (folder / "job.toml").write_text(text)
+    (folder / ".git" / "stale.toml").write_text("not toml at all [")
+    (folder / ".#job.toml").write_text("editor lock")
+    actions = env.at(T0).admin.apply([str(folder), str(folder / "job.toml")])
+    assert [(a.schedule_id, a.action) for a in actions] == [("job", "created")]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UsageError, match="refusing to --prune"):
+        env.admin.apply([str(empty)], prune=True)
+    assert env.row().deleted_at is None

@@ -70,7 +70,7 @@ class Admin:
     def get(self, schedule_id: str) -> dict[str, Any]:
         row = self.row(schedule_id)
         active = self.store.active_run_counts([row.id]).get(row.id, 0)
-        return schedule_view(row, self.definition(row), active)
+        return schedule_view(row, active)
 
     def schedules(self, include_deleted: bool = False) -> list[dict[str, Any]]:
         with self.store.snapshot():
@@ -79,7 +79,7 @@ class Admin:
             outcomes = self.store.last_outcomes([row.id for row in rows])
         views = []
         for row in rows:
-            view = schedule_view(row, self.definition(row), active.get(row.id, 0))
+            view = schedule_view(row, active.get(row.id, 0))
             view["last_outcome"] = outcomes.get(row.id)
             views.append(view)
         return views
@@ -176,6 +176,10 @@ class Admin:
         """
         now = self.clock()
         wanted = self._load_all(paths, int(now))
+        if prune and not wanted:
+            raise UsageError(
+                f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
+            )
         actions: list[ApplyAction] = []
         with self.store.atomic():
             existing = self.store.schedules_by_id(wanted)
@@ -203,13 +207,17 @@ class Admin:
         return actions
 
     def _load_all(self, paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
-        files: list[Path] = []
+        files: dict[Path, None] = {}  # ordered and de-duplicated by real path
         for given in paths:
             path = Path(given)
             if path.is_dir():
-                files.extend(sorted(p for p in path.rglob("*.toml") if p.is_file()))
+                for found in sorted(path.rglob("*.toml")):
+                    # Hidden folders and files (.git, editor swap files) are not definitions.
+                    hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
+                    if found.is_file() and not hidden:
+                        files.setdefault(found.resolve(), None)
             elif path.exists():
-                files.append(path)
+                files.setdefault(path.resolve(), None)
             else:
                 raise UsageError(f"{given}: no such file or directory")
         wanted: dict[str, tuple[Definition, str]] = {}
@@ -372,12 +380,12 @@ class Admin:
                     pending_view(row.id, row.candidate_at, row.candidate_why, row.revision)
                 )
             room = limit - len(items)
-            rows = self.store.page_occurrences(row.id, after, room + 1) if room else []
+            # With no room left, one row still tells whether a next page exists.
+            rows = self.store.page_occurrences(row.id, after, room + 1)
         items.extend(occurrence_view(occurrence) for occurrence in rows[:room])
         next_cursor = None
         if room == 0:
-            # Only the pending row fit: continue from the first stored row, if any.
-            if self.store.page_occurrences(schedule_id, None, 1):
+            if rows:
                 next_cursor = encode_cursor(at=None, seq=None)
         elif len(rows) > room:
             last = rows[room - 1]

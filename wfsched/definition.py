@@ -23,9 +23,6 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, cast
 
-import tomli_w
-
-from wfsched import calendar
 from wfsched.errors import DefinitionError
 from wfsched.inputs import sample_input, validate_bindings
 from wfsched.model import (
@@ -141,6 +138,8 @@ def to_toml(defn: Definition) -> str:
                 document[table][key] = format_duration(document[table][key])
     # Multi-line strings keep a shell script in `command` readable, but TOML
     # folds CRLF inside them to LF, so a carriage return forces escapes.
+    import tomli_w
+
     return tomli_w.dumps(document, multiline_strings=not _has_carriage_return(document))
 
 
@@ -177,6 +176,9 @@ def _schedule_id(value: object, source: str) -> str:
 
 
 def _trigger(table: Mapping[str, Any], source: str, now: int | None) -> Trigger:
+    # Lazy: croniter costs tens of ms, and `list`/`get` never need it.
+    from wfsched import calendar
+
     has_cron, has_at = "cron" in table, "at" in table
     if has_cron == has_at:
         found = "has both" if has_cron else "has neither"

@@ -21,8 +21,6 @@ from wfsched.store.audit import AuditQueries
 from wfsched.store.migrations import LATEST_VERSION, MIGRATIONS
 from wfsched.store.retention import RetentionQueries
 from wfsched.store.rows import (
-    EXECUTING_RUN_STATES,
-    UNFINISHED_RUN_STATES,
     AttemptRow,
     OccurrenceRow,
     RequestRow,
@@ -65,6 +63,10 @@ _ATTEMPT_COLUMNS = (
 _ATTEMPT_MUTABLE = frozenset(
     {"state", "started_at", "finished_at", "exit_code", "reason", "shim_pid", "shim_start_time"}
 )
+# State lists are SQL literals, never bound parameters: SQLite only uses the
+# partial index `runs_unfinished` when the query repeats its WHERE literally.
+_UNFINISHED = "state IN ('admitted', 'running', 'interrupted')"
+_EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
 _OCCURRENCE_SELECT = (
     "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
     " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
@@ -322,10 +324,12 @@ class Store(AuditQueries, RetentionQueries):
         outcome: dict[str, str] = {}
         for start in range(0, len(schedule_ids), 500):
             chunk = list(schedule_ids[start : start + 500])
+            # A correlated MAX per schedule is one index seek each; a grouped
+            # MAX would read every run of every schedule.
             rows = self._conn.execute(
-                "SELECT r.schedule_id, r.state FROM runs r JOIN (SELECT schedule_id,"
-                f" MAX(seq) AS seq FROM runs WHERE schedule_id IN ({_placeholders(chunk)})"
-                " GROUP BY schedule_id) m ON m.seq = r.seq",
+                "SELECT s.id, r.state FROM schedules s JOIN runs r ON r.seq ="
+                " (SELECT MAX(seq) FROM runs WHERE schedule_id = s.id)"
+                f" WHERE s.id IN ({_placeholders(chunk)})",
                 chunk,
             )
             outcome.update(dict(rows.fetchall()))
@@ -390,16 +394,15 @@ class Store(AuditQueries, RetentionQueries):
 
     def unfinished_runs(self) -> list[RunRow]:
         rows = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE state IN"
-            f" ({_placeholders(UNFINISHED_RUN_STATES)}) ORDER BY seq",
-            UNFINISHED_RUN_STATES,
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_UNFINISHED} ORDER BY seq"
         )
         return [RunRow(*row) for row in rows]
 
     def admitted_runs(self) -> list[RunRow]:
         """Runs admitted but not launched yet (recovery leaves these for a tick)."""
         rows = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE state = 'admitted' ORDER BY seq"
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_UNFINISHED} AND state = 'admitted'"
+            " ORDER BY seq"
         )
         return [RunRow(*row) for row in rows]
 
@@ -409,36 +412,30 @@ class Store(AuditQueries, RetentionQueries):
         for start in range(0, len(schedule_ids), 500):
             chunk = list(schedule_ids[start : start + 500])
             rows = self._conn.execute(
-                "SELECT schedule_id, COUNT(*) FROM runs WHERE kind = 'scheduled' AND state IN"
-                f" ({_placeholders(UNFINISHED_RUN_STATES)}) AND schedule_id IN"
-                f" ({_placeholders(chunk)}) GROUP BY schedule_id",
-                (*UNFINISHED_RUN_STATES, *chunk),
+                f"SELECT schedule_id, COUNT(*) FROM runs WHERE {_UNFINISHED}"
+                f" AND kind = 'scheduled' AND schedule_id IN ({_placeholders(chunk)})"
+                " GROUP BY schedule_id",
+                chunk,
             )
             counts.update(dict(rows.fetchall()))
         return counts
 
     def all_active_run_counts(self) -> dict[str, int]:
         rows = self._conn.execute(
-            "SELECT schedule_id, COUNT(*) FROM runs WHERE state IN"
-            f" ({_placeholders(UNFINISHED_RUN_STATES)}) GROUP BY schedule_id",
-            UNFINISHED_RUN_STATES,
+            f"SELECT schedule_id, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY schedule_id"
         )
         return dict(rows.fetchall())
 
     def executing_count(self) -> int:
         """Scheduled runs holding an execution slot (manual runs bypass capacity)."""
         row = self._conn.execute(
-            "SELECT COUNT(*) FROM runs WHERE kind = 'scheduled' AND state IN"
-            f" ({_placeholders(EXECUTING_RUN_STATES)})",
-            EXECUTING_RUN_STATES,
+            f"SELECT COUNT(*) FROM runs WHERE {_EXECUTING} AND kind = 'scheduled'"
         ).fetchone()
         return int(row[0])
 
     def run_state_counts(self) -> dict[str, int]:
         rows = self._conn.execute(
-            "SELECT state, COUNT(*) FROM runs WHERE state IN"
-            f" ({_placeholders(UNFINISHED_RUN_STATES)}) GROUP BY state",
-            UNFINISHED_RUN_STATES,
+            f"SELECT state, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY state"
         )
         return dict(rows.fetchall())
 
