@@ -38,6 +38,8 @@ class FakeControl:
     alive_pids: set[int] = field(default_factory=set)
     _exited: list[int] = field(default_factory=list)
     _pids: itertools.count[int] = field(default_factory=lambda: itertools.count(40000))
+    clock: Clock | None = None
+    """When set, exit records carry its time (as a real shim's would)."""
 
     def __post_init__(self) -> None:
         self._read, self._write = os.pipe()
@@ -103,6 +105,7 @@ class FakeControl:
             outcome,
             exit_code,
             reason,
+            at=self.clock() if self.clock else 2.0,
         )
         self.alive_pids.discard(handle.pid)
         if report:
@@ -121,6 +124,7 @@ def write_exit_record(
     outcome: str = "exited",
     exit_code: int | None = 0,
     reason: str | None = None,
+    at: float = 2.0,
 ) -> None:
     attempt_dir.mkdir(parents=True, exist_ok=True)
     (attempt_dir / "exit.json").write_text(
@@ -131,8 +135,8 @@ def write_exit_record(
                 "exit_code": exit_code,
                 "signal": None,
                 "reason": reason,
-                "started_at": 1.0,
-                "finished_at": 2.0,
+                "started_at": at - 1.0,
+                "finished_at": at,
             }
         )
     )

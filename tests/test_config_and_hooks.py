@@ -182,3 +182,24 @@ def test_idle_ticks_log_nothing(tmp_path: Path) -> None:
         h.tick_at(T0 + second)
     assert len(h.events) == before
     assert isinstance(h.control, FakeControl)
+
+
+def test_automatic_retention_prunes_old_finished_runs_in_bounded_steps(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "store")
+    h.supervisor = Supervisor(
+        h.store,
+        SupervisorConfig(retention=3600),
+        h.control,
+        clock=h.clock,
+        log=lambda event, **fields: h.events.append((event, fields)),
+    )
+    h.supervisor.tick()
+    h.define("a")
+    for minute in range(3):
+        h.tick_at(T0 + minute * 60)
+        h.control.finish(h.control.spawned[-1][0].run_id)
+        h.tick_at(T0 + minute * 60 + 1)
+    assert len(h.run_ids()) == 3
+    h.tick_at(T0 + 2 * 3600)
+    assert [fields for event, fields in h.events if event == "pruned"]
+    assert [r for r in h.run_ids() if r in ("run-000001", "run-000002", "run-000003")] == []

@@ -29,7 +29,7 @@ class Harness:
         self.store = Store(root)
         self.admin = Admin(self.store, self.clock)
         self.runs = Runs(self.store, self.clock)
-        self.control = FakeControl()
+        self.control = FakeControl(clock=self.clock)
         self.events: list[tuple[str, dict[str, object]]] = []
         self.supervisor = self.new_supervisor(**config)
         # The startup tick happens when the supervisor takes ownership.

@@ -41,6 +41,8 @@ ABANDONED = (
     "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
 )
+RETENTION_BATCH = 50
+RETENTION_INTERVAL = 60.0
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 
 
@@ -147,6 +149,7 @@ class Supervisor:
         self._round_robin_after = ""
         self._startup = True
         self._selector: selectors.BaseSelector | None = None
+        self._next_retention = 0.0
         self.draining = False
         self.stop_requested = False
         self.wake_now = False
@@ -225,9 +228,29 @@ class Supervisor:
         if not self.draining:
             self.launch_admitted()
             self.admit_due(now)
+            self.retain(now)
         with self.store.atomic():
             self.store.set_meta(last_tick_at=repr(self.clock()))
         self._startup = False
+
+    def retain(self, now: float) -> None:
+        """Automatic retention: a small bounded prune per call, at most once a
+        minute unless the last call left more, so history growth never
+        stalls a tick for long."""
+        if self.config.retention is None or now < self._next_retention:
+            return
+        from wfsched.retention import prune
+
+        report = prune(
+            self.store, self.config.retention, now, max_batches=1, batch_size=RETENTION_BATCH
+        )
+        if report.runs or report.occurrences or report.run_dirs:
+            self.log(
+                "pruned", runs=report.runs, occurrences=report.occurrences, dirs=report.run_dirs
+            )
+        for error in report.errors:
+            self.log("prune-failed", reason=error)
+        self._next_retention = now if report.more else now + RETENTION_INTERVAL
 
     def admit_due(self, now: float) -> None:
         """Decide every due schedule in one transaction, then launch."""
