@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -28,12 +29,15 @@ from pathlib import Path
 from common import (
     STAMP_COMMAND,
     Verdicts,
+    children,
     cli,
+    cpu_seconds,
     load_note,
     log_events,
     one_shot_definition,
     percentile,
     read_stamps,
+    reaped_cpu_seconds,
     report_log_problems,
     start_supervisor,
     stop_supervisor,
@@ -86,11 +90,15 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
         if ahead < 1:
             print("!! the supervisor was not asleep before the instant: raise --lead")
         try:
+            server = children(sup.pid)[0]
+            cpu0 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
             wait_for(lambda: time.time() > instant, lead + 5, 0.05)
             wait_for(lambda: sum(1 for _ in out.iterdir()) >= n, 60, 0.1)
             db = Store(store, create=False)
             wait_for(lambda: db.run_state_counts() == {} and bool(db.list_runs(limit=1)), 60, 0.2)
             db.close()
+            time.sleep(0.5)  # the fork server reaps the last shims
+            cpu1 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
         finally:
             rc = stop_supervisor(sup)
 
@@ -140,6 +148,13 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
             )
         ticks = len({round(a, 3) for a in admitted})
         print(f"  admitted over {ticks} tick(s)")
+        per_run = [(after - before) / n * 1e3 for before, after in zip(cpu0, cpu1, strict=True)]
+        total = sum(per_run)
+        print(
+            f"  CPU per run (ms): supervisor {per_run[0]:.2f}, fork server {per_run[1]:.2f},"
+            f" shims + jobs {per_run[2]:.2f}; total {total:.2f} ms -> {n} runs need"
+            f" >= {total * n / 1e3 / (os.cpu_count() or 1):.2f}s on {os.cpu_count()} idle CPUs"
+        )
         report_log_problems(sup)
         limit = TARGETS.get(n)
         verdicts.require(f"{label}: all started", len(stamps) == n, f"{len(stamps)}/{n}")

@@ -251,6 +251,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def reaped_cpu_seconds(pid: int) -> float:
+    """cutime + cstime of pid: CPU of its children it has reaped (and theirs)."""
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return (int(fields[13]) + int(fields[14])) / CLK_TCK
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
