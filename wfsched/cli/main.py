@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from wfsched import __version__
-from wfsched.cli import CliState, prune, runs, schedules, supervise
+from wfsched.cli import CliState, audit, prune, runs, schedules, supervise
 from wfsched.errors import WfschedError
 
 PROG = "wfsched"
@@ -141,6 +141,7 @@ schedules.register(cli)
 runs.register(cli)
 supervise.register(cli)
 prune.register(cli)
+audit.register(cli)
 # ---------------------------------------------------------------------------------
 
 

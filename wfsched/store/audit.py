@@ -1,9 +1,267 @@
-"""Read-only queries behind `wfsched audit` (mixed into Store)."""
+"""Read-only queries behind `wfsched audit` (mixed into Store).
+
+Every statement here only reads. The checks themselves live in
+`wfsched.audit`; these methods hand it rows, grouped where SQLite can do the
+grouping (duplicates, orphans) so the Python side never holds a whole table.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wfsched.errors import NotFoundError, StoreError
+from wfsched.store.migrations import MIGRATIONS
+
+if TYPE_CHECKING:
+    from wfsched.store.core import Store
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One occurrence row as the ledger walk needs it."""
+
+    seq: int
+    scheduled_at: int
+    last_at: int | None
+    count: int | None
+    summary: bool
+    state: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class RunAttempts:
+    """A run with its attempt rows (attempt number -> state)."""
+
+    seq: int
+    schedule_id: str
+    kind: str
+    state: str
+    attempt: int
+    attempts: dict[int, str]
+
+
+@dataclass(frozen=True)
+class SchemaObject:
+    kind: str
+    name: str
+    sql: str
+
+
+@cache
+def expected_schema() -> dict[tuple[str, str], str]:
+    """(type, name) -> normalized SQL of what the migrations create, built
+    in a throwaway in-memory database so it can never drift from them."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for _number, _why, statements in MIGRATIONS:
+            for statement in statements:
+                conn.execute(statement)
+        rows = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL"
+            " AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {(kind, name): normalize_sql(sql) for kind, name, sql in rows}
+
+
+def normalize_sql(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+def open_for_audit(root: Path) -> Store:
+    """The existing store at `root`; whatever keeps it from opening is one
+    StoreError line (exit 1), a missing store is NotFoundError (exit 3)."""
+    from wfsched.store.core import DB_NAME, Store
+
+    if not (root / DB_NAME).is_file():
+        raise NotFoundError(f"no store at {root} (no {DB_NAME}); nothing to audit")
+    try:
+        return Store(root, create=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {root}: {exc}") from exc
 
 
 class AuditQueries:
     _conn: sqlite3.Connection
+
+    @contextmanager
+    def audit_snapshot(self) -> Iterator[None]:
+        """One read transaction for the whole audit, so a supervisor writing
+        meanwhile cannot make the checks see half of a transaction; database
+        errors become one-line StoreErrors."""
+        try:
+            if self._conn.in_transaction:
+                yield
+                return
+            self._conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot audit the store: {exc}") from exc
+
+    def schema_objects(self) -> list[SchemaObject]:
+        rows = self._conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL"
+            " AND name NOT LIKE 'sqlite_%'"
+        )
+        return [SchemaObject(kind, name, normalize_sql(sql)) for kind, name, sql in rows]
+
+    def audit_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for table in ("schedules", "revisions", "occurrences", "runs", "attempts"):
+            counts[table] = int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        return counts
+
+    def revision_history(self) -> dict[str, list[tuple[int, str, float]]]:
+        """schedule id -> [(revision, definition, created_at)] oldest first."""
+        history: dict[str, list[tuple[int, str, float]]] = {}
+        rows = self._conn.execute(
+            "SELECT schedule_id, revision, definition, created_at FROM revisions"
+            " ORDER BY schedule_id, revision"
+        )
+        for schedule_id, revision, definition, created_at in rows:
+            history.setdefault(schedule_id, []).append((revision, definition, created_at))
+        return history
+
+    # -- admissions ---------------------------------------------------------------
+
+    def duplicate_instants(self) -> list[tuple[str, int, int, int, str | None]]:
+        """(schedule_id, instant, rows, run-bearing rows, run seqs) for every
+        instant with more than one single (non-summary) ledger row."""
+        rows = self._conn.execute(
+            "SELECT schedule_id, scheduled_at, COUNT(*),"
+            " SUM(run_seq IS NOT NULL OR state = 'admitted'), GROUP_CONCAT(run_seq)"
+            " FROM occurrences WHERE summary = 0 GROUP BY schedule_id, scheduled_at"
+            " HAVING COUNT(*) > 1 ORDER BY schedule_id, scheduled_at"
+        )
+        return [(s, at, int(n), int(bearing or 0), seqs) for s, at, n, bearing, seqs in rows]
+
+    def duplicate_scheduled_runs(self) -> list[tuple[str, int, str]]:
+        """(schedule_id, instant, run seqs) where two scheduled runs share an instant."""
+        rows = self._conn.execute(
+            "SELECT schedule_id, scheduled_at, GROUP_CONCAT(seq) FROM runs"
+            " WHERE kind = 'scheduled' GROUP BY schedule_id, scheduled_at"
+            " HAVING COUNT(*) > 1 ORDER BY schedule_id, scheduled_at"
+        )
+        return [(s, at, seqs) for s, at, seqs in rows]
+
+    def runs_claimed_twice(self) -> list[tuple[int, str, str]]:
+        """(run seq, schedule ids, instants) of runs referenced by more than one
+        occurrence row."""
+        rows = self._conn.execute(
+            "SELECT run_seq, GROUP_CONCAT(schedule_id), GROUP_CONCAT(scheduled_at)"
+            " FROM occurrences WHERE run_seq IS NOT NULL GROUP BY run_seq"
+            " HAVING COUNT(*) > 1 ORDER BY run_seq"
+        )
+        return [(seq, ids, instants) for seq, ids, instants in rows]
+
+    def scheduled_runs_without_admission(self) -> list[tuple[int, str, int]]:
+        """(run seq, schedule id, instant) of scheduled runs no occurrence row points at."""
+        rows = self._conn.execute(
+            "SELECT r.seq, r.schedule_id, r.scheduled_at FROM runs r"
+            " LEFT JOIN occurrences o ON o.run_seq = r.seq"
+            " WHERE r.kind = 'scheduled' AND o.seq IS NULL ORDER BY r.seq"
+        )
+        return [(seq, s, at) for seq, s, at in rows]
+
+    def mismatched_admissions(
+        self,
+    ) -> list[tuple[int, str, int, bool, str, int, str]]:
+        """Occurrence rows pointing at a run that is not the run of that
+        occurrence: (run seq, occurrence schedule, occurrence instant, summary,
+        run schedule, run instant, run kind)."""
+        rows = self._conn.execute(
+            "SELECT r.seq, o.schedule_id, o.scheduled_at, o.summary, r.schedule_id,"
+            " r.scheduled_at, r.kind FROM occurrences o JOIN runs r ON r.seq = o.run_seq"
+            " WHERE o.schedule_id != r.schedule_id OR o.scheduled_at != r.scheduled_at"
+            " OR r.kind != 'scheduled' OR o.summary != 0 ORDER BY r.seq, o.seq"
+        )
+        return [
+            (seq, s, at, bool(summary), rs, rat, kind)
+            for seq, s, at, summary, rs, rat, kind in rows
+        ]
+
+    def admissions_without_run(self) -> list[tuple[str, int, int | None]]:
+        """(schedule id, instant, run seq) of occurrence rows that claim a run
+        which does not exist, or say `admitted` and point at none."""
+        rows = self._conn.execute(
+            "SELECT o.schedule_id, o.scheduled_at, o.run_seq FROM occurrences o"
+            " LEFT JOIN runs r ON r.seq = o.run_seq"
+            " WHERE (o.run_seq IS NOT NULL AND r.seq IS NULL)"
+            " OR (o.run_seq IS NULL AND o.state = 'admitted') ORDER BY o.schedule_id, o.seq"
+        )
+        return [(s, at, seq) for s, at, seq in rows]
+
+    # -- the ledger ------------------------------------------------------------------
+
+    def ledger_rows(self, schedule_id: str) -> Iterator[LedgerRow]:
+        """The schedule's ledger oldest first, streamed (an index walk)."""
+        cursor = self._conn.execute(
+            "SELECT seq, scheduled_at, last_at, count, summary, state, revision"
+            " FROM occurrences WHERE schedule_id = ? ORDER BY scheduled_at, seq",
+            (schedule_id,),
+        )
+        for seq, at, last, count, summary, state, revision in cursor:
+            yield LedgerRow(seq, at, last, count, bool(summary), state, revision)
+
+    def ledger_high_marks(self) -> dict[str, int]:
+        """schedule id -> the latest instant any of its rows accounts for."""
+        rows = self._conn.execute(
+            "SELECT schedule_id, MAX(COALESCE(last_at, scheduled_at)) FROM occurrences"
+            " GROUP BY schedule_id"
+        )
+        return {schedule_id: int(high) for schedule_id, high in rows}
+
+    def ledger_high_marks_by_revision(self, schedule_id: str) -> dict[int, int]:
+        """revision -> the latest instant the schedule's rows of that revision
+        account for."""
+        rows = self._conn.execute(
+            "SELECT revision, MAX(COALESCE(last_at, scheduled_at)) FROM occurrences"
+            " WHERE schedule_id = ? GROUP BY revision",
+            (schedule_id,),
+        )
+        return {revision: int(high) for revision, high in rows}
+
+    # -- runs and attempts -------------------------------------------------------------
+
+    def runs_with_attempts(self) -> Iterator[RunAttempts]:
+        cursor = self._conn.execute(
+            "SELECT r.seq, r.schedule_id, r.kind, r.state, r.attempt,"
+            " GROUP_CONCAT(a.attempt || ':' || a.state)"
+            " FROM runs r LEFT JOIN attempts a ON a.run_seq = r.seq"
+            " GROUP BY r.seq ORDER BY r.seq"
+        )
+        for seq, schedule_id, kind, state, attempt, packed in cursor:
+            attempts: dict[int, str] = {}
+            for item in (packed or "").split(","):
+                if item:
+                    number, _, attempt_state = item.partition(":")
+                    attempts[int(number)] = attempt_state
+            yield RunAttempts(seq, schedule_id, kind, state, attempt, attempts)
+
+    def attempts_without_run(self) -> list[tuple[int, int]]:
+        """(run seq, attempt rows) for attempt rows whose run does not exist."""
+        rows = self._conn.execute(
+            "SELECT a.run_seq, COUNT(*) FROM attempts a LEFT JOIN runs r ON r.seq = a.run_seq"
+            " WHERE r.seq IS NULL GROUP BY a.run_seq ORDER BY a.run_seq"
+        )
+        return [(seq, int(n)) for seq, n in rows]
+
+    def known_run_seqs(self, seqs: list[int]) -> set[int]:
+        found: set[int] = set()
+        for start in range(0, len(seqs), 500):
+            chunk = seqs[start : start + 500]
+            marks = ",".join("?" for _ in chunk)
+            rows = self._conn.execute(f"SELECT seq FROM runs WHERE seq IN ({marks})", chunk)
+            found.update(seq for (seq,) in rows)
+        return found
