@@ -14,7 +14,7 @@ import shutil
 import stat
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -160,3 +160,15 @@ def wfsched_executable() -> str:
     if found is None:
         pytest.skip("the wfsched console script is not installed")
     return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_supervisors() -> Iterator[None]:
+    """A test that fails before stopping its daemon must not leave it running."""
+    from tests.daemon import RUNNING
+
+    yield
+    while RUNNING:
+        daemon = RUNNING.pop()
+        if daemon.proc.poll() is None:
+            daemon.kill()

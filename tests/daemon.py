@@ -49,10 +49,15 @@ def wait_for(predicate: Callable[[], T], timeout: float = 15.0, what: str = "con
         time.sleep(0.05)
 
 
+RUNNING: list[Daemon] = []
+"""Every daemon a test started; conftest kills the ones a failing test left."""
+
+
 class Daemon:
     """One supervisor process on `store`, its stderr in `log`."""
 
     def __init__(self, store: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        RUNNING.append(self)
         self.store = store
         self.log = store.parent / f"supervisor-{time.monotonic_ns()}.log"
         self._log_handle = open(self.log, "w")  # noqa: SIM115 - closed in stop()/wait()

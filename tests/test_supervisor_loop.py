@@ -455,3 +455,23 @@ def _crash_at(point: str):  # type: ignore[no-untyped-def]
             raise _Crash(point)
 
     return hook
+
+
+def test_a_burst_launches_in_chunks_and_misses_nothing(tmp_path: Path) -> None:
+    from wfsched.supervisor import LAUNCH_CHUNK
+
+    h = Harness(tmp_path / "s", max_concurrent_runs=200)
+    for number in range(150):
+        h.define(f"s{number:03d}", cron="0 * * * *")
+    h.tick_at(T0)
+    assert len(h.control.spawned) == LAUNCH_CHUNK
+    assert h.supervisor.wake_now
+    h.tick_at(T0 + 0.01)
+    h.tick_at(T0 + 0.02)
+    assert len(h.control.spawned) == 150
+    assert len({spec.run_id for spec, _ in h.control.spawned}) == 150
+    for spec, _ in h.control.spawned:
+        h.control.finish(spec.run_id)
+    h.tick_at(T0 + 1)
+    items, _ = h.runs.list(status="completed", limit=100)
+    assert len(items) == 100

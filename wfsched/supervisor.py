@@ -41,6 +41,7 @@ ABANDONED = (
     "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
 )
+LAUNCH_CHUNK = 64
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
@@ -229,8 +230,7 @@ class Supervisor:
             self.launch_admitted()
             self.admit_due(now)
             self.retain(now)
-        with self.store.atomic():
-            self.store.set_meta(last_tick_at=repr(self.clock()))
+        self.store.touch_meta(last_tick_at=repr(self.clock()))
         self._startup = False
 
     def retain(self, now: float) -> None:
@@ -273,7 +273,11 @@ class Supervisor:
                 self.fault("before-admission-commit")
         if admitted:
             self.fault("after-admission-commit")
-        self.launch(admitted)
+        # A burst launches a chunk per tick: the first jobs start at once and
+        # the loop keeps ingesting exits and requests between chunks.
+        self.launch(admitted[:LAUNCH_CHUNK])
+        if len(admitted) > LAUNCH_CHUNK:
+            self.wake_now = True
 
     def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:
         """Round-robin: start after the schedule admitted last, for fairness
@@ -397,8 +401,11 @@ class Supervisor:
             return
         running = self.store.run_state_counts().get("running", 0)
         room = self.config.max_concurrent_runs - running
-        chosen = []
+        chosen: list[int] = []
         for run in pending:
+            if len(chosen) == LAUNCH_CHUNK:
+                self.wake_now = True
+                break
             if run.kind == "manual":
                 chosen.append(run.seq)
             elif room > 0 and self._schedule_usable(run.schedule_id):
@@ -533,7 +540,8 @@ class Supervisor:
 
     def ingest_exits(self) -> None:
         """Exit records of shims the fork server reaped, plus a look at every
-        adopted shim (not our grandchild, so nobody reports its end)."""
+        adopted shim (not our grandchild, so nobody reports its end). All
+        endings found in one tick are recorded in one transaction."""
         try:
             drained = self.control.drain_exits()
         except LauncherError as exc:
@@ -541,35 +549,64 @@ class Supervisor:
             drained = []
         exited = self.hooks.reaped(drained)
         reaped = {self._pids[pid] for pid in exited if pid in self._pids}
+        endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
+        corrupt: list[tuple[str, str]] = []
         for seq, watch in list(self.watches.items()):
             if seq not in reaped and not watch.adopted:
                 continue
             try:
                 record = self.control.read_exit(str(watch.attempt_dir))
             except ValueError as exc:
-                self._conclude(watch, None, f"unreadable exit record: {exc}")
-                self.block(watch.schedule_id, f"{run_id(seq)}: unreadable exit record: {exc}")
+                endings.append((watch, None, f"unreadable exit record: {exc}"))
+                corrupt.append((watch.schedule_id, f"{run_id(seq)}: unreadable exit record: {exc}"))
                 continue
             if record is not None:
-                self.fault("before-ingest")
-                self._conclude(watch, record, None)
-                self.fault("after-ingest")
+                endings.append((watch, record, None))
             elif seq in reaped or not self._alive(watch):
-                self._conclude(watch, None, ABANDONED)
+                endings.append((watch, None, ABANDONED))
+        if not endings:
+            return
+        if any(record is not None for _, record, _ in endings):
+            self.fault("before-ingest")
+        self._conclude_all(endings)
+        if any(record is not None for _, record, _ in endings):
+            self.fault("after-ingest")
+        for schedule_id, reason in corrupt:
+            self.block(schedule_id, reason)
 
     def _alive(self, watch: Watch) -> bool:
         return watch.handle is not None and self.control.alive(watch.handle)
 
     def _conclude(self, watch: Watch, record: ExitRecord | None, failure: str | None) -> None:
-        """Record how an attempt ended: one transaction for attempt and run."""
-        run = self.store.get_run(watch.run_seq)
-        if run is None:
+        self._conclude_all([(watch, record, failure)])
+
+    def _conclude_all(self, endings: list[tuple[Watch, ExitRecord | None, str | None]]) -> None:
+        """Record how attempts ended (one transaction), then log and alert."""
+        ended: list[tuple[Watch, RunRow, str, str | None, int | None]] = []
+        with self.store.atomic():
+            for watch, record, failure in endings:
+                run = self.store.get_run(watch.run_seq)
+                if run is not None:
+                    state, reason, exit_code = self._record_end(run, watch, record, failure)
+                    ended.append((watch, run, state, reason, exit_code))
+        for watch, *_ in endings:
             self._unwatch(watch.run_seq)
-            return
+        self.wake_now = True
+        for watch, run, state, reason, exit_code in ended:
+            self.log(
+                state, run=run.run_id, schedule=run.schedule_id, exit_code=exit_code, reason=reason
+            )
+            # An operator's own `runs cancel` needs no alert; every other failure
+            # (exit status, signal, timeout, drain, abandonment) gets one.
+            if state == "failed" and watch.cancel_reason != "cancelled":
+                self._notify_failure(run, watch.attempt, reason or "failed", exit_code)
+
+    def _record_end(
+        self, run: RunRow, watch: Watch, record: ExitRecord | None, failure: str | None
+    ) -> tuple[str, str | None, int | None]:
         invocation = json.loads(run.invocation)
-        now = self.clock()
         exit_code: int | None = None
-        finished = now
+        finished = self.clock()
         reason: str | None
         if record is not None and record.attempt != watch.attempt:
             state = "failed"
@@ -584,31 +621,22 @@ class Supervisor:
                 reason = watch.cancel_reason
         else:
             state, reason = "failed", failure
-        with self.store.atomic():
-            self.store.update_attempt(
-                run.seq,
-                watch.attempt,
-                state=state,
-                finished_at=finished,
-                exit_code=exit_code,
-                reason=reason,
-            )
-            self.store.update_run(
-                run.seq,
-                state=state,
-                reason=reason,
-                exit_code=exit_code,
-                finished_at=None if state == "interrupted" else finished,
-            )
-        self._unwatch(watch.run_seq)
-        self.wake_now = True
-        self.log(
-            state, run=run.run_id, schedule=run.schedule_id, exit_code=exit_code, reason=reason
+        self.store.update_attempt(
+            run.seq,
+            watch.attempt,
+            state=state,
+            finished_at=finished,
+            exit_code=exit_code,
+            reason=reason,
         )
-        # An operator's own `runs cancel` needs no alert; every other failure
-        # (exit status, signal, timeout, drain, abandonment) gets one.
-        if state == "failed" and watch.cancel_reason != "cancelled":
-            self._notify_failure(run, watch.attempt, reason or "failed", exit_code)
+        self.store.update_run(
+            run.seq,
+            state=state,
+            reason=reason,
+            exit_code=exit_code,
+            finished_at=None if state == "interrupted" else finished,
+        )
+        return state, reason, exit_code
 
     def _notify_failure(
         self, run: RunRow, attempt: int, reason: str, exit_code: int | None

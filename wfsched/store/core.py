@@ -251,7 +251,10 @@ class Store(AuditQueries, RetentionQueries):
         return [_schedule(row) for row in rows]
 
     def earliest_next_due(self) -> int | None:
-        row = self._conn.execute("SELECT MIN(next_due) FROM schedules").fetchone()
+        # The WHERE lets SQLite answer from the partial index, not a table scan.
+        row = self._conn.execute(
+            "SELECT MIN(next_due) FROM schedules WHERE next_due IS NOT NULL"
+        ).fetchone()
         return row[0]
 
     # -- occurrences (the ledger) -------------------------------------------
@@ -518,6 +521,20 @@ class Store(AuditQueries, RetentionQueries):
             " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             list(values.items()),
         )
+
+    def touch_meta(self, **values: str) -> None:
+        """A bookkeeping write (the liveness stamp) committed without an fsync.
+
+        In WAL mode `synchronous=NORMAL` still commits atomically; only the
+        last stamps can be lost in a power cut, which costs nothing, while an
+        fsync every poll interval costs the disk a sync per second forever.
+        """
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            with self.atomic():
+                self.set_meta(**values)
+        finally:
+            self._conn.execute("PRAGMA synchronous = FULL")
 
     def get_meta(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
