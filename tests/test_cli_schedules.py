@@ -888,6 +888,7 @@ def test_status_json_without_a_supervisor(run_cli: CliRun, created, store_path: 
         "pid": None,
         "started_at": None,
         "last_tick_at": None,
+        "uptime": None,
         "stale": False,
     }
     assert (info["executing"], info["interrupted"], info["max_concurrent_runs"]) == (0, 0, 4)

@@ -521,6 +521,8 @@ def status(state: CliState, as_json: bool) -> None:
         alive = f"running (pid {supervisor['pid']})"
         if supervisor["started_at"]:
             alive += f", started {supervisor['started_at']}"
+        if supervisor["uptime"] is not None:
+            alive += f" (up {_span(supervisor['uptime'])})"
         if supervisor["last_tick_at"]:
             alive += f", last tick {supervisor['last_tick_at']}"
         if supervisor["stale"]:
@@ -561,3 +563,14 @@ COMMANDS = (
 def register(group: click.Group) -> None:
     for command in COMMANDS:
         group.add_command(command)
+
+
+def _span(seconds: float) -> str:
+    """`3d 4h`, `2h 5m`, `4m 10s`, `12s`: uptime at a glance."""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    shown = [f"{value}{unit}" for value, unit in parts if value][:2]
+    return " ".join(shown) or "0s"
