@@ -475,3 +475,12 @@ def test_a_burst_launches_in_chunks_and_misses_nothing(tmp_path: Path) -> None:
     h.tick_at(T0 + 1)
     items, _ = h.runs.list(status="completed", limit=100)
     assert len(items) == 100
+
+
+def test_a_corrupt_stored_definition_blocks_only_its_schedule(h: Harness) -> None:
+    h.define("bad", cron="0 * * * *")
+    h.define("good", cron="0 * * * *")
+    h.store._conn.execute("UPDATE schedules SET definition = '{oops' WHERE id = 'bad'")
+    h.tick_at(T0)
+    assert h.store.get_schedule("bad").blocked_reason.startswith("cannot decide: store:")
+    assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned] == ["good"]

@@ -7,7 +7,6 @@ two serialize. The clock is injected; nothing here reads the time itself.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,13 @@ from wfsched.model import Definition, OneShotTrigger
 from wfsched.paging import decode_cursor, encode_cursor
 from wfsched.store import ScheduleRow, Store
 from wfsched.timeutil import Clock, format_instant, parse_instant, wall_clock
-from wfsched.views import occurrence_view, pending_view, schedule_view
+from wfsched.views import (
+    corrupt_definition,
+    occurrence_view,
+    pending_view,
+    schedule_view,
+    stored_document,
+)
 
 if TYPE_CHECKING:
     from wfsched.calendar import CronCalendar, OneShotCalendar
@@ -57,7 +62,10 @@ class Admin:
         key = (row.id, row.revision)
         cached = self._definitions.get(key)
         if cached is None:
-            cached = definition_from_document(json.loads(row.definition), f"store:{row.id}")
+            try:
+                cached = definition_from_document(stored_document(row), f"store:{row.id}")
+            except DefinitionError as exc:
+                raise corrupt_definition(row, exc) from None
             self._definitions[key] = cached
         return cached
 

@@ -9,8 +9,30 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wfsched.errors import StoreError
 from wfsched.store import AttemptRow, OccurrenceRow, RunRow, ScheduleRow, run_id
 from wfsched.timeutil import format_event, format_instant, occurrence_id
+
+
+def stored_document(row: ScheduleRow) -> dict[str, Any]:
+    """The stored definition document; a corrupt row is a clear StoreError."""
+    try:
+        document = json.loads(row.definition)
+        if not isinstance(document, dict) or not all(
+            isinstance(document.get(table), dict) for table in ("trigger", "run", "policy")
+        ):
+            raise ValueError("not a definition document")
+    except ValueError as exc:
+        raise corrupt_definition(row, exc) from None
+    return document
+
+
+def corrupt_definition(row: ScheduleRow, exc: Exception) -> StoreError:
+    return StoreError(
+        f"store: schedule {row.id!r} revision {row.revision} has a corrupt definition row"
+        f" ({exc}); `wfsched audit` lists the damage, restore the store from a backup"
+    )
+
 
 # The stored JSON has sorted keys (it is the change test); views keep the
 # documented order of DESIGN section 8.
@@ -25,7 +47,7 @@ def schedule_view(row: ScheduleRow, active_runs: int) -> dict[str, Any]:
     """The stored definition is `Definition.to_document()` as canonical JSON,
     so the view reads it as is: listing never re-validates (or imports the
     calendar) just to show what was validated on the way in."""
-    document = json.loads(row.definition)
+    document = stored_document(row)
     for table, keys in _DOCUMENT_ORDER.items():
         document[table] = {key: document[table].get(key) for key in keys if key in document[table]}
     return {
