@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from wfsched.admin import Admin
+    from wfsched.reads import Reads
     from wfsched.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,16 +88,27 @@ class CliState:
                 ctx.call_on_close(self._close)
         return self._store
 
-    def admin(self, *, create: bool = False) -> Admin:
-        """An `Admin` over the store; a missing store is "not found" (exit 3)."""
-        from wfsched.admin import Admin
+    def reads(self) -> Reads:
+        """The read-only API (`list`, `get --json`, `occurrences`): light imports."""
+        from wfsched.reads import Reads
 
-        store = self.store(create=create)
+        return Reads(self._existing_store(), clock=self.clock)
+
+    def _existing_store(self) -> Store:
+        store = self.store(create=False)
         if store is None:
             raise NotFoundError(
                 f"no store at {self.resolved_store_path()} (no schedules yet); create one"
                 " with `wfsched create FILE` or `wfsched apply DIR`, or pass --store"
             )
+        return store
+
+    def admin(self, *, create: bool = False) -> Admin:
+        """An `Admin` over the store; a missing store is "not found" (exit 3)."""
+        from wfsched.admin import Admin
+
+        store = self.store(create=True) if create else self._existing_store()
+        assert store is not None
         return Admin(store, clock=self.clock)
 
     def _close(self) -> None:

@@ -163,12 +163,11 @@ def get(state: CliState, schedule_id: str, as_json: bool, as_toml: bool) -> None
     """Show one schedule (deleted ones too: they are history)."""
     if as_json and as_toml:
         raise click.UsageError("--json and --toml cannot be combined")
-    admin = state.admin()
     if as_toml:
-        text, _revision = _toml_of(admin, schedule_id)
+        text, _revision = _toml_of(state.admin(), schedule_id)
         click.echo(text, nl=False)
         return
-    view = admin.get(schedule_id)
+    view = state.reads().get(schedule_id)
     if as_json:
         output.print_json(view)
         return
@@ -239,7 +238,7 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
     store = state.store(create=False)
     items: list[dict[str, Any]] = []
     if store is not None:
-        items = state.admin().schedules(include_deleted=show_all)
+        items = state.reads().schedules(include_deleted=show_all)
     if as_json:
         output.print_json({"items": items, "next_cursor": None})
         return
@@ -461,15 +460,14 @@ def occurrences(
 
     A held candidate shows as a `pending` row at the top of the first page.
     """
-    admin = state.admin()
-    items, next_cursor = admin.occurrences(schedule_id, limit=limit, cursor=cursor)
+    items, next_cursor = state.reads().occurrences(schedule_id, limit=limit, cursor=cursor)
     if as_json:
         output.print_json({"items": items, "next_cursor": next_cursor})
         return
     if not items:
         output.say(f"no occurrences recorded for {schedule_id} yet")
     else:
-        zone = output.schedule_zone(admin.get(schedule_id)["trigger"])
+        zone = output.schedule_zone(state.reads().get(schedule_id)["trigger"])
         grid = output.table("SCHEDULED (UTC)", "LOCAL", "STATE", "REV", "RUN", "REASON")
         for item in items:
             scheduled, local, state_text = _occurrence_cells(item, zone)

@@ -1,0 +1,79 @@
+"""The read side of the API: `list`, `get`, `occurrences`.
+
+Kept apart from `wfsched.admin` so a read imports neither the definition
+parser nor the decision logic (nor croniter): `wfsched list --json` is a
+whole process, and its budget is 150 ms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wfsched.errors import NotFoundError, UsageError
+from wfsched.paging import decode_cursor, encode_cursor
+from wfsched.store import ScheduleRow, Store
+from wfsched.timeutil import Clock, wall_clock
+from wfsched.views import occurrence_view, pending_view, schedule_view
+
+MAX_PAGE = 100
+
+
+class Reads:
+    def __init__(self, store: Store, clock: Clock = wall_clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def row(self, schedule_id: str) -> ScheduleRow:
+        row = self.store.get_schedule(schedule_id)
+        if row is None:
+            raise NotFoundError(f"no schedule {schedule_id!r}; `wfsched list --all` shows them")
+        return row
+
+    def get(self, schedule_id: str) -> dict[str, Any]:
+        row = self.row(schedule_id)
+        active = self.store.active_run_counts([row.id]).get(row.id, 0)
+        return schedule_view(row, active)
+
+    def schedules(self, include_deleted: bool = False) -> list[dict[str, Any]]:
+        with self.store.snapshot():
+            rows = self.store.list_schedules(include_deleted)
+            active = self.store.all_active_run_counts()
+            outcomes = self.store.last_outcomes([row.id for row in rows])
+        views = []
+        for row in rows:
+            view = schedule_view(row, active.get(row.id, 0))
+            view["last_outcome"] = outcomes.get(row.id)
+            views.append(view)
+        return views
+
+    def occurrences(
+        self, schedule_id: str, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """History oldest first; a held candidate is a `pending` row at the top
+        of the first page (it counts toward `limit`)."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
+        after: tuple[int, int] | None = None
+        items: list[dict[str, Any]] = []
+        with self.store.snapshot():
+            row = self.row(schedule_id)
+            if cursor is not None:
+                key = decode_cursor(cursor, "at", "seq")
+                if key["at"] is not None:
+                    after = (key["at"], key["seq"])
+            elif row.candidate_at is not None and row.candidate_why is not None:
+                items.append(
+                    pending_view(row.id, row.candidate_at, row.candidate_why, row.revision)
+                )
+            room = limit - len(items)
+            # With no room left, one row still tells whether a next page exists.
+            rows = self.store.page_occurrences(row.id, after, room + 1)
+        items.extend(occurrence_view(occurrence) for occurrence in rows[:room])
+        next_cursor = None
+        if room == 0:
+            if rows:
+                next_cursor = encode_cursor(at=None, seq=None)
+        elif len(rows) > room:
+            last = rows[room - 1]
+            next_cursor = encode_cursor(at=last.scheduled_at, seq=last.seq)
+        return items, next_cursor
