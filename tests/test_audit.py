@@ -490,3 +490,23 @@ def test_an_edit_after_a_clock_rollback_owes_nothing_before_the_watermark(
     code, report, _ = audit_cli(run_cli, root)
     assert found(report) == [("ledger-gap", "r", None)]
     assert "2026-12-01T09:14:00Z is not accounted for" in report["violations"][0]["detail"]
+
+
+def test_pruned_history_still_audits_clean(run_cli: CliRun, copy: Path) -> None:
+    """Retention replaces finished runs and old rows with `pruned` summary
+    rows, removes their directories, and the ledger stays a complete account."""
+    from wfsched.retention import prune
+
+    store = Store(copy)
+    try:
+        report = prune(store, 0, T0 + 6 * HOUR)
+    finally:
+        store.close()
+    assert report.runs == 3 and report.run_dirs == 3
+    code, audited, _ = audit_cli(run_cli, copy)
+    assert (code, audited["violations"]) == (0, [])
+    assert audited["checked"]["runs"] == 3
+    # A pruned span is a summary like any other: removing it opens a gap.
+    corrupt(copy, "DELETE FROM occurrences WHERE state = 'pruned' AND schedule_id = 'h'")
+    code, audited, _ = audit_cli(run_cli, copy)
+    assert code == 1 and found(audited) == [("ledger-gap", "h", None)]
