@@ -1,0 +1,484 @@
+"""The operator docs (docs/*.md, docs/systemd/wfsched.service) checked against
+the code, so they cannot drift silently.
+
+- every command and subcommand is documented and has help text; every
+  option is mentioned somewhere in docs/;
+- every TOML block holding a definition (a line `id = ...`) parses, and a
+  block marked `<!-- invalid -->` fails, with exactly the message of the
+  ```text block right after it when that block shows one;
+- every config.toml block (first line a comment naming config.toml) loads,
+  or fails as shown when marked invalid;
+- every `$ wfsched ...` line of a ```console block runs against a store with
+  examples/ applied and exits 0, or with the status its `# exit N` comment
+  states; an error line shown under it must be what the command printed. A
+  block preceded by `<!-- not run ... -->` is left alone (it needs a running
+  supervisor, a real editor or a particular run);
+- the systemd unit has the settings DESIGN section 6 asks for and passes
+  `systemd-analyze verify` where that tool exists;
+- names the code defines (config keys, audit checks, fault points, bench
+  scripts, occurrence states) appear where an operator would look for them,
+  and relative links point at files and anchors that exist.
+"""
+
+from __future__ import annotations
+
+import configparser
+import glob
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+from conftest import CliRun
+
+from wfsched.cli.main import cli
+from wfsched.config import load_config
+from wfsched.definition import parse_definition
+from wfsched.errors import DefinitionError
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+UNIT = DOCS / "systemd" / "wfsched.service"
+PAGES = ("operations", "definitions", "semantics", "runs", "recovery", "benchmarks")
+COMMAND_PAGES = ("operations.md", "runs.md", "definitions.md")
+REQUIRED_RUN = {"validate", "apply", "list", "get", "next", "occurrences", "status"}
+ERROR_PREFIX = "wfsched: error: "
+SHELL_SYNTAX = {"|", ">", ">>", "<", "&&", "||", ";", "&"}
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int
+    lang: str
+    text: str
+    marker: str | None
+    """The HTML comment on the last non-blank line before the fence, if any."""
+    following: Block | None = field(default=None, repr=False)
+
+    @property
+    def where(self) -> str:
+        return f"docs/{self.page}:{self.line}"
+
+
+def _parse_blocks(path: Path) -> list[Block]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[tuple[int, str, str, str | None]] = []
+    index = 0
+    while index < len(lines):
+        opening = re.match(r"^```(\w*)\s*$", lines[index])
+        if opening is None:
+            index += 1
+            continue
+        marker = None
+        for back in range(index - 1, -1, -1):
+            if lines[back].strip():
+                comment = re.fullmatch(r"\s*<!--\s*(.*?)\s*-->\s*", lines[back])
+                marker = comment.group(1) if comment else None
+                break
+        end = index + 1
+        while end < len(lines) and lines[end].strip() != "```":
+            end += 1
+        found.append((index + 1, opening.group(1), "\n".join(lines[index + 1 : end]), marker))
+        index = end + 1
+    blocks: list[Block] = []
+    for line, lang, text, marker in reversed(found):
+        following = blocks[0] if blocks else None
+        blocks.insert(0, Block(path.name, line, lang, text, marker, following))
+    return blocks
+
+
+def _doc_files() -> list[Path]:
+    return sorted(DOCS.glob("*.md"))
+
+
+def _all_blocks() -> list[Block]:
+    return [block for path in _doc_files() for block in _parse_blocks(path)]
+
+
+def _docs_text(*names: str) -> str:
+    paths = [DOCS / name for name in names] if names else _doc_files()
+    return "\n".join(path.read_text(encoding="utf-8") for path in paths)
+
+
+def _is_definition(block: Block) -> bool:
+    return block.lang == "toml" and re.search(r"(?m)^id\s*=", block.text) is not None
+
+
+def _is_config(block: Block) -> bool:
+    first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
+    return block.lang == "toml" and first.startswith("#") and "config.toml" in first
+
+
+def _shown_error(block: Block) -> str | None:
+    """The message a ```text block right after `block` shows, if it shows one."""
+    shown = block.following
+    if shown is None or shown.lang != "text" or not shown.text.startswith(ERROR_PREFIX):
+        return None
+    return shown.text.strip()[len(ERROR_PREFIX) :]
+
+
+def _invalid(block: Block) -> bool:
+    return block.marker is not None and block.marker.startswith("invalid")
+
+
+# ------------------------------------------------------------- the pages exist
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_exists(page: str) -> None:
+    assert (DOCS / f"{page}.md").is_file(), f"docs/{page}.md is missing"
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _commands(
+    group: click.Group, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        path = (*prefix, name)
+        yield path, command
+        if isinstance(command, click.Group):
+            yield from _commands(command, path)
+
+
+COMMANDS = list(_commands(cli))
+
+
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+def test_every_command_is_documented_and_has_help(
+    path: tuple[str, ...], command: click.Command
+) -> None:
+    mention = "wfsched " + " ".join(path)
+    text = _docs_text(*COMMAND_PAGES)
+    assert re.search(re.escape(mention) + r"\b", text), (
+        f"`{mention}` is not mentioned in docs/{', docs/'.join(COMMAND_PAGES)}"
+    )
+    assert (command.help or "").strip(), f"`{mention}` has no help text"
+    result = CliRunner().invoke(cli, [*path, "--help"], prog_name="wfsched")
+    assert result.exit_code == 0, result.output
+    assert f"Usage: {mention}" in result.output
+
+
+def test_every_option_is_documented() -> None:
+    text = _docs_text()
+    missing = set()
+    for path, command in [((), cli), *COMMANDS]:
+        for param in command.params:
+            if not isinstance(param, click.Option):
+                continue
+            for name in param.opts:
+                if name.startswith("--") and name != "--help" and name not in text:
+                    missing.add(f"{' '.join(('wfsched', *path))} {name}")
+    assert not missing, f"options never mentioned in docs/: {sorted(missing)}"
+
+
+# ------------------------------------------------------- definition blocks
+
+DEFINITIONS = [block for block in _all_blocks() if _is_definition(block)]
+
+
+def test_definition_blocks_exist() -> None:
+    assert len(DEFINITIONS) >= 10
+    assert sum(_invalid(block) for block in DEFINITIONS) >= 5
+
+
+@pytest.mark.parametrize("block", DEFINITIONS, ids=[block.where for block in DEFINITIONS])
+def test_definition_block(block: Block) -> None:
+    shown = _shown_error(block)
+    source = shown.split(": ", 1)[0] if shown else "doc.toml"
+    now = int(time.time())
+    if not _invalid(block):
+        assert shown is None, f"{block.where}: a valid block followed by an error message"
+        parse_definition(block.text, source, now=now)
+        return
+    with pytest.raises(DefinitionError) as info:
+        parse_definition(block.text, source, now=now)
+    if shown is not None:
+        assert str(info.value) == shown, f"{block.where}: the doc shows another message"
+
+
+# ----------------------------------------------------------- config blocks
+
+CONFIGS = [block for block in _all_blocks() if _is_config(block)]
+
+
+def test_config_blocks_exist() -> None:
+    assert CONFIGS, "no config.toml example in docs/"
+
+
+@pytest.mark.parametrize("block", CONFIGS, ids=[block.where for block in CONFIGS])
+def test_config_block(block: Block, tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text(block.text + "\n", encoding="utf-8")
+    if not _invalid(block):
+        load_config(tmp_path, {})
+        return
+    with pytest.raises(DefinitionError) as info:
+        load_config(tmp_path, {})
+    shown = _shown_error(block)
+    if shown is not None:
+        # The doc names the store it documents; the test's store is elsewhere.
+        expected = re.sub(r"^\S*/config\.toml", str(tmp_path / "config.toml"), shown)
+        assert str(info.value) == expected, f"{block.where}: the doc shows another message"
+
+
+# ---------------------------------------------------------- console blocks
+
+
+@dataclass(frozen=True)
+class Invocation:
+    where: str
+    args: list[str]
+    expected: int
+    errors: list[str]
+
+
+def _invocations(page: str) -> list[Invocation]:
+    found = []
+    for block in _parse_blocks(DOCS / page):
+        if block.lang != "console" or (block.marker or "").startswith("not run"):
+            continue
+        lines = block.text.splitlines()
+        for number, line in enumerate(lines):
+            if not line.startswith("$ wfsched"):
+                continue
+            command, _, comment = line[2:].partition(" #")
+            status = re.search(r"\bexit (\d+)", comment)
+            words = shlex.split(command)
+            output = []
+            for later in lines[number + 1 :]:
+                if later.startswith("$ "):
+                    break
+                output.append(later)
+            errors = [text[len(ERROR_PREFIX) :] for text in output if text.startswith(ERROR_PREFIX)]
+            found.append(
+                Invocation(
+                    f"docs/{page}:{block.line + number + 1}",
+                    words[1:],
+                    int(status.group(1)) if status else 0,
+                    errors,
+                )
+            )
+    return found
+
+
+def _without_store(args: list[str]) -> list[str]:
+    """The test's store replaces the one a doc names."""
+    args = list(args)
+    if "--store" in args:
+        at = args.index("--store")
+        del args[at : at + 2]
+    return args
+
+
+def _prepared_args(invocation: Invocation) -> list[str]:
+    args = _without_store(invocation.args)
+    assert not SHELL_SYNTAX.intersection(args), (
+        f"{invocation.where}: shell syntax in an executed console line; mark the block"
+        " `<!-- not run -->` or drop the pipe/redirection"
+    )
+    expanded: list[str] = []
+    for arg in args:
+        matches = sorted(glob.glob(arg, root_dir=ROOT)) if any(c in arg for c in "*?[") else []
+        expanded.extend(matches or [arg])
+    return expanded
+
+
+CONSOLE_PAGES = sorted(path.name for path in _doc_files() if _invocations(path.name))
+
+
+def test_console_examples_cover_the_read_commands() -> None:
+    ran = {
+        _without_store(inv.args)[0]
+        for page in CONSOLE_PAGES
+        for inv in _invocations(page)
+        if _without_store(inv.args)
+    }
+    assert ran >= REQUIRED_RUN, f"no executed console example for {sorted(REQUIRED_RUN - ran)}"
+
+
+@pytest.mark.parametrize("page", CONSOLE_PAGES)
+def test_console_examples_run(page: str, run_cli: CliRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code, out, err = run_cli("apply", "examples")
+    assert code == 0, err
+    for invocation in _invocations(page):
+        args = _prepared_args(invocation)
+        code, out, err = run_cli(*args)
+        assert code == invocation.expected, (
+            f"{invocation.where}: `wfsched {' '.join(invocation.args)}` exited {code},"
+            f" the doc says {invocation.expected}\nstdout: {out}\nstderr: {err}"
+        )
+        for shown in invocation.errors:
+            assert ERROR_PREFIX + shown in err, f"{invocation.where}: stderr was {err!r}"
+
+
+# ------------------------------------------------------------------ systemd
+
+
+def _unit() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(UNIT.read_text(encoding="utf-8"))
+    return parser
+
+
+def _timespan_seconds(text: str) -> float:
+    """systemd time spans as this unit writes them: `90`, `90s`, `2min`, `1min 30s`."""
+    units = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]*)", text.strip()):
+        assert unit in units, f"unexpected time unit {unit!r} in {text!r}"
+        total += float(number) * units[unit]
+    return total
+
+
+def test_unit_has_the_settings_the_design_asks_for() -> None:
+    service = _unit()["Service"]
+    assert service["Type"] == "notify"
+    assert service["KillMode"] in ("mixed", "process")
+    assert _timespan_seconds(service["TimeoutStopSec"]) >= 40
+    assert service["Restart"] == "on-failure"
+    assert service["StateDirectory"] == "wfsched"
+    argv = shlex.split(service["ExecStart"])
+    assert "supervise" in argv
+    assert argv[argv.index("--store") + 1] == "/var/lib/wfsched"
+    assert "--apply" in argv[argv.index("supervise") :]
+    assert "ProtectSystem" not in service or service["ProtectSystem"] != "strict"
+    assert "WantedBy" in _unit()["Install"]
+
+
+def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+    script = Path(sys.executable).with_name("wfsched")
+    installed = str(script) if script.exists() else shutil.which("wfsched")
+    if installed is None:
+        pytest.skip("the wfsched console script is not installed")
+    # verify insists that ExecStart's binary exists: point it at this one.
+    text = UNIT.read_text(encoding="utf-8").replace("/usr/local/bin/wfsched", installed)
+    unit = tmp_path / "wfsched.service"
+    unit.write_text(text, encoding="utf-8")
+    result = subprocess.run(
+        [tool, "verify", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"},
+    )
+    if result.returncode != 0 and re.search(
+        r"Failed to (initialize|allocate) manager", result.stderr
+    ):
+        pytest.skip(f"systemd-analyze cannot run here: {result.stderr.strip()}")
+    assert result.returncode == 0, result.stderr
+    assert "wfsched.service" not in result.stderr, result.stderr
+
+
+# ----------------------------------------------------- names from the code
+
+
+def test_config_keys_are_documented() -> None:
+    from wfsched.config import _KEYS
+
+    text = _docs_text("operations.md")
+    missing = [key for key in _KEYS if f"`{key}`" not in text]
+    assert not missing, f"config.toml keys missing from docs/operations.md: {missing}"
+
+
+def test_audit_checks_are_documented() -> None:
+    from wfsched.audit import CHECKS
+
+    text = _docs_text("operations.md")
+    missing = [check for check in CHECKS if f"`{check}`" not in text]
+    assert not missing, f"audit checks missing from docs/operations.md: {missing}"
+
+
+def test_fault_points_are_documented() -> None:
+    from wfsched.faults import POINTS
+
+    text = _docs_text("recovery.md")
+    missing = [point for point in POINTS if f"`{point}`" not in text]
+    assert not missing, f"crash points missing from docs/recovery.md: {missing}"
+
+
+def test_bench_scripts_are_documented() -> None:
+    text = _docs_text("benchmarks.md")
+    scripts = sorted(path.name for path in (ROOT / "bench").glob("bench_*.py"))
+    missing = [name for name in scripts if f"bench/{name}" not in text]
+    assert not missing, f"benchmarks missing from docs/benchmarks.md: {missing}"
+
+
+def test_occurrence_states_are_documented() -> None:
+    states = (
+        "pending",
+        "superseded",
+        "skipped-overlap",
+        "skipped-misfire",
+        "skipped-paused",
+        "preflight-rejected",
+        "admitted",
+        "running",
+        "interrupted",
+        "completed",
+        "failed",
+        "exhausted",
+        "pruned",
+    )
+    text = _docs_text("semantics.md")
+    missing = [state for state in states if f"`{state}`" not in text]
+    assert not missing, f"occurrence states missing from docs/semantics.md: {missing}"
+
+
+def test_definition_keys_are_documented() -> None:
+    from wfsched import definition
+
+    text = _docs_text("definitions.md")
+    keys = [
+        *definition._TOP_KEYS,
+        *(f"trigger.{key}" for key in definition._TRIGGER_KEYS),
+        *(f"run.{key}" for key in definition._RUN_KEYS),
+        *(f"policy.{key}" for key in definition._POLICY_KEYS),
+        *(f"notify.{key}" for key in definition._NOTIFY_KEYS),
+    ]
+    spellings = ("`{}`", "`[{}]`", "`[[{}]]`")
+    missing = [key for key in keys if not any(s.format(key) in text for s in spellings)]
+    assert not missing, f"definition keys missing from docs/definitions.md: {missing}"
+
+
+def _anchors(path: Path) -> set[str]:
+    text = path.read_text(encoding="utf-8")
+    anchors = set(re.findall(r'<a id="([^"]+)"', text))
+    for heading in re.findall(r"(?m)^#{1,6}\s+(.*?)\s*$", text):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def test_relative_links_resolve() -> None:
+    broken = []
+    for path in _doc_files():
+        text = re.sub(r"(?ms)^```.*?^```", "", path.read_text(encoding="utf-8"))
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists():
+                broken.append(f"{path.name}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{path.name}: {target} (no such anchor)")
+    assert not broken, broken
