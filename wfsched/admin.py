@@ -241,7 +241,8 @@ class Admin(Reads):
         `skipped-paused` row (a one-shot that passed gets a row of its own).
 
         Resume also clears a supervisor block: it is the operator saying the
-        cause was dealt with, and the block's diagnostic stays in the ledger.
+        cause was dealt with. The diagnostic stays in the supervisor's log
+        (`blocked` event); `list`/`status` stop showing it.
         """
         now = self.clock()
         with self.store.atomic():

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from wfsched.errors import CalendarError, CalendarExhausted
+from wfsched.timeutil import format_instant
 
 SCAN_CAP = 100
 """Due instants enumerated one by one per tick; past this, one jump."""
@@ -197,7 +198,7 @@ class _Tick:
             self.decision.candidate = None
 
     def hold(self, instant: int, why: Why) -> None:
-        self.supersede(f"superseded by a newer instant ({instant})")
+        self.supersede(f"superseded by a newer instant ({format_instant(instant)})")
         self.decision.candidate = Candidate(instant, why)
 
     def try_admit(self, instant: int, why: Why) -> None:
@@ -330,7 +331,7 @@ def _walk_due(tick: _Tick, cal: _Guarded) -> None:
             else:
                 tick.hold(instant, "misfire")
         else:
-            tick.supersede(f"superseded by a newer instant ({instant})")
+            tick.supersede(f"superseded by a newer instant ({format_instant(instant)})")
             tick.try_admit(instant, "due")
         decision.consumed_through = instant
 

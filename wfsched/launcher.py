@@ -4,18 +4,21 @@ close_range, PR_SET_CHILD_SUBREAPER; kernel >= 5.3).
 
 Process tree::
 
-    supervisor ──request pipe──▶ fork server  (forked once by Launcher.start)
-               ◀──reply pipe───      │
+    supervisor ──request pipe──▶ fork server  (a fresh interpreter, started once
+               ◀──reply pipe───      │          by Launcher.start)
                ◀──exit pipe────      └─ shim  (one per attempt; own session)
                                           └─ command  (own process group)
 
 Why a fork server: starting a fresh interpreter per run costs 70-100 ms; a
-fork of a small, already-warm process costs about 1 ms. Why not fork the
-supervisor itself: by then it holds `supervisor.lock` and SQLite handles, and
-a shim that inherited the lock's open file description would keep the store
-"owned" after the supervisor died. The server is forked before the lock is
-taken and closes every inherited fd anyway, and each shim closes every fd it
-did not open itself.
+fork of a small, already-warm process costs about 1 ms. Why a fresh
+interpreter for the server rather than a fork of the supervisor: the server
+then holds only this module (about half the supervisor's memory), so each
+fork, each shim's copy-on-write faults and each shim's exit cost less CPU;
+and it inherits nothing but its three pipes (`pass_fds`), never
+`supervisor.lock` or an SQLite handle, whenever it is (re)started. A shim
+that inherited the lock's open file description would keep the store
+"owned" after the supervisor died; each shim also closes every fd it did not
+open itself.
 
 Why a shim: it is the command's parent, so it sees the exit status even while
 the supervisor is down, enforces the timeout, and writes `exit.json`
@@ -37,12 +40,12 @@ import select
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -58,9 +61,15 @@ OUTCOMES = frozenset({"exited", "signaled", "timeout", "cancelled", "spawn-faile
 _HEADER = struct.Struct("!I")  # length prefix of a request or reply
 _PID = struct.Struct("=i")  # one reaped shim pid on the exit pipe
 _SERVER_STOP_WAIT = 5.0  # seconds stop() waits for the server before SIGKILL
+_SERVER_READY_WAIT = 60.0  # seconds start() waits for a new server (a loaded host is slow)
+# Signals aimed at the supervisor or its terminal that the server must outlive
+# (it keeps reporting exits while the supervisor drains); SIGTERM also stays
+# blocked in it, see _serve.
+_SERVER_IGNORES = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGTERM})
 _KILLED_GROUP_WAIT = 5.0  # seconds a shim waits for a SIGKILLed group to vanish
 _GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
 _SHIM_BROKEN = 70  # EX_SOFTWARE: the shim itself failed (see stderr.log)
+_PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -301,36 +310,43 @@ def _send_message(fd: int, payload: dict[str, Any]) -> None:
     _write_all(fd, _HEADER.pack(len(body)) + body)
 
 
-def _wait_child(pid: int, timeout: float) -> bool:
-    """Reap our child `pid` if it exits within `timeout`; True once it is gone."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:  # gone already, or no pidfd support: waitpid alone then
-        pidfd = -1
-    try:
-        if pidfd >= 0:
-            ready, _, _ = select.select([pidfd], [], [], timeout)
-            if not ready:
-                return False
-        os.waitpid(pid, 0)
-    except ChildProcessError:  # already reaped (e.g. by a waitpid(-1) elsewhere)
-        pass
-    finally:
-        if pidfd >= 0:
-            os.close(pidfd)
-    return True
-
-
 # --------------------------------------------------------------------------
 # The supervisor's side.
+
+
+def _server_argv(req_r: int, reply_w: int, exit_w: int) -> list[str]:
+    """The fork server's command line: this interpreter, isolated (-I: no PYTHON*
+    variables, no user site, no script directory on sys.path) and without site
+    (-S: no site-packages, no .pth files, fewer modules and less memory).
+
+    The directory holding the wfsched package is appended to sys.path, i.e.
+    after the standard library so nothing there can shadow a stdlib module;
+    that finds the package the supervisor itself runs, whether it comes from
+    a venv, a plain or an editable install (whose finder hook needs site).
+    """
+    if not sys.executable:
+        raise LauncherError("cannot start the fork server: no Python executable (sys.executable)")
+    flags = ["-I", "-S"]
+    if sys.flags.dont_write_bytecode:  # -I ignores PYTHONDONTWRITEBYTECODE
+        flags.append("-B")
+    if sys.pycache_prefix:
+        flags += ["-X", f"pycache_prefix={sys.pycache_prefix}"]
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (
+        "import sys; sys.path.append(sys.argv[1]);"
+        " from wfsched.launcher import _server_main;"
+        " _server_main(*map(int, sys.argv[2:5]))"
+    )
+    fds = (str(req_r), str(reply_w), str(exit_w))
+    return [sys.executable, *flags, "-c", code, package_parent, *fds]
 
 
 class Launcher:
     """Client of the fork server. Thread-safe; one server per Launcher.
 
-    Call `start()` before taking `supervisor.lock`, opening SQLite or starting
-    any thread: `fork()` copies only the calling thread, and a lock another
-    thread held at that instant stays held forever in the child.
+    The server is a fresh interpreter that inherits only its three pipes, so
+    `start()` may be called at any time, with the lock held, SQLite open or
+    threads running (the supervisor calls it again to replace a dead server).
 
     No other process may inherit the request pipe (it is close-on-exec; only a
     bare `os.fork()` elsewhere in the supervisor would leak it), because the
@@ -339,7 +355,7 @@ class Launcher:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._server_pid: int | None = None
+        self._server: subprocess.Popen[bytes] | None = None
         self._req_w = -1
         self._reply_r = -1
         self._exit_r = -1
@@ -347,7 +363,7 @@ class Launcher:
 
     @property
     def server_pid(self) -> int | None:
-        return self._server_pid
+        return None if self._server is None else self._server.pid
 
     def __enter__(self) -> Launcher:
         self.start()
@@ -357,28 +373,40 @@ class Launcher:
         self.stop()
 
     def start(self) -> None:
-        """Fork the fork server now; it inherits no lock or database handle."""
+        """Start the fork server and wait until it is ready to launch.
+
+        One interpreter start (tens of milliseconds). LauncherError if the
+        server cannot start; its own traceback, if any, is on our stderr.
+        """
         with self._lock:
-            if self._server_pid is not None:
+            if self._server is not None:
                 raise RuntimeError("Launcher already started")
-            if threading.active_count() > 1:
-                warnings.warn(
-                    "Launcher.start() with other threads running: the forked server may"
-                    " inherit a lock one of them held; start it first thing",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
             req_r, req_w = os.pipe()
             reply_r, reply_w = os.pipe()
             exit_r, exit_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child; tests observe it
-                _server_main(req_r, reply_w, exit_w)
-            for fd in (req_r, reply_w, exit_w):
-                os.close(fd)
+            ours = (req_w, reply_r, exit_r)
+            try:
+                server = _start_server(req_r, reply_w, exit_w)
+            except BaseException:
+                for fd in ours:
+                    os.close(fd)
+                raise
+            finally:
+                for fd in (req_r, reply_w, exit_w):
+                    os.close(fd)
+            problem = _await_ready(server, reply_r, _SERVER_READY_WAIT)
+            if problem is not None:
+                os.close(req_w)  # EOF: the server exits if it ever gets that far
+                with contextlib.suppress(OSError):
+                    server.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.wait(_SERVER_STOP_WAIT)
+                os.close(reply_r)
+                os.close(exit_r)
+                raise LauncherError(f"the fork server did not start: {problem}")
             os.set_blocking(exit_r, False)
-            self._server_pid = pid
-            self._req_w, self._reply_r, self._exit_r = req_w, reply_r, exit_r
+            self._server = server
+            self._req_w, self._reply_r, self._exit_r = ours
             self._partial = b""
 
     def spawn(self, spec: LaunchSpec) -> ShimHandle:
@@ -390,12 +418,12 @@ class Launcher:
         if not os.path.isdir(spec.attempt_dir):
             # Without it the shim could write neither shim.json nor exit.json.
             raise LauncherError(f"{spec.attempt_dir}: attempt directory does not exist")
-        request = asdict(spec)
+        request = dict(vars(spec))  # not asdict(): that deep-copies, 20-80 us per launch
         # Records are for recovery: store no path relative to some cwd.
         request["attempt_dir"] = os.path.abspath(spec.attempt_dir)
         request["stdin_path"] = os.path.abspath(spec.stdin_path)
         with self._lock:
-            if self._server_pid is None:
+            if self._server is None:
                 raise LauncherError("the launcher is not started")
             try:
                 _send_message(self._req_w, request)
@@ -450,26 +478,82 @@ class Launcher:
         first: it is closed here.
         """
         with self._lock:
-            pid = self._server_pid
-            if pid is None:
+            server = self._server
+            if server is None:
                 return
             os.close(self._req_w)
-            if not _wait_child(pid, _SERVER_STOP_WAIT):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                _wait_child(pid, _SERVER_STOP_WAIT)
+            try:
+                server.wait(_SERVER_STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    server.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.wait(_SERVER_STOP_WAIT)  # stuck in the kernel: give up on it
             os.close(self._reply_r)
             os.close(self._exit_r)
-            self._server_pid = None
+            self._server = None
             self._req_w = self._reply_r = self._exit_r = -1
 
 
+def _start_server(req_r: int, reply_w: int, exit_w: int) -> subprocess.Popen[bytes]:
+    """Popen the server with SIGTERM, SIGINT and SIGHUP blocked: the mask survives
+    exec, so a signal meant for the supervisor (Ctrl-C, systemd's stop) stays
+    pending until the server has chosen to ignore it, instead of killing it
+    while it starts up."""
+    argv = _server_argv(req_r, reply_w, exit_w)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SERVER_IGNORES)
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=None,  # ours: where a server traceback belongs
+            pass_fds=(req_r, reply_w, exit_w),
+            close_fds=True,
+        )
+    except OSError as exc:
+        raise LauncherError(f"cannot start the fork server ({exc})") from exc
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def _await_ready(server: subprocess.Popen[bytes], reply_r: int, timeout: float) -> str | None:
+    """None once the server said it is ready, else what went wrong."""
+    readable, _, _ = select.select([reply_r], [], [], timeout)
+    if not readable:
+        return f"not ready after {timeout:g}s"
+    message = _read_message(reply_r)
+    if message is None:
+        try:
+            status = server.wait(_SERVER_STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            return "it closed its pipes"
+        return f"it exited with status {status} (its error, if any, is on stderr above)"
+    if json.loads(message) != {"ready": True}:
+        return f"unexpected first message {message[:100]!r}"
+    return None
+
+
 # --------------------------------------------------------------------------
-# Helpers shared by the server and the shim (both run in forked children).
+# Helpers shared by the server and the shim.
 
 
-def _set_comm(name: bytes) -> None:
+def _load_prctl() -> Any:
+    """libc's prctl() through ctypes, or None. Resolved once in the server: ctypes
+    looks a symbol up on first attribute access, which in a shim would be after
+    the fork, i.e. once per run."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+def _set_comm(prctl: Any, name: bytes) -> None:
     """Name the process for ps/top/pgrep (15 bytes max); cosmetic, so never fatal."""
+    if prctl is not None and prctl(_PR_SET_NAME, name, 0, 0, 0) == 0:
+        return  # one syscall, where /proc/self/comm takes a path walk and three
     with contextlib.suppress(OSError):
         fd = os.open("/proc/self/comm", os.O_WRONLY | os.O_CLOEXEC)
         try:
@@ -492,18 +576,8 @@ def _noop_handler(signum: int, frame: FrameType | None) -> None:
     """Installed only so the signal reaches the wakeup fd; the loop does the work."""
 
 
-def _load_libc() -> Any:
-    """libc through ctypes, loaded once in the server so each shim does not dlopen it."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True)
-    except (ImportError, OSError):
-        return None
-
-
 # --------------------------------------------------------------------------
-# The fork server: a forked child of the supervisor, never returning to it.
+# The fork server: `python -I -S -c ...` started by Launcher.start().
 
 
 def _server_main(req_r: int, reply_w: int, exit_w: int) -> NoReturn:
@@ -515,49 +589,50 @@ def _server_main(req_r: int, reply_w: int, exit_w: int) -> NoReturn:
         with contextlib.suppress(BaseException):
             traceback.print_exc()
     finally:
-        # Never unwind into the supervisor's frames, run its atexit handlers
-        # or flush its stdio buffers a second time.
+        # No interpreter teardown: nothing to flush or finalize, and a shim (a
+        # fork of this process) never unwinds into the server's loop.
         os._exit(code)
 
 
 def _serve(req_r: int, reply_w: int, exit_w: int) -> None:
-    # Objects inherited from the supervisor must never be finalized here: a
-    # file object's finalizer would close an fd number we have reused since.
-    gc.freeze()
-    signal.set_wakeup_fd(-1)  # a supervisor's wakeup fd is about to be closed
-    _set_comm(b"wfsched-launch")
-    # A supervisor's Python handlers (drain flags...) mean nothing here. The
-    # server lives exactly as long as its request pipe, so it ignores the
+    prctl = _load_prctl()
+    _set_comm(prctl, b"wfsched-launch")
+    # The server lives exactly as long as its request pipe, so it ignores the
     # terminal's SIGINT/SIGHUP and systemd's SIGTERM (it must keep reporting
-    # exits while the supervisor drains). SIGTERM is also blocked so each shim
-    # is born with it blocked: an early cancel stays pending until the shim's
-    # handler is in place instead of killing it before it writes any record.
-    for signum in signal.valid_signals():
-        with contextlib.suppress(OSError, ValueError):
-            if callable(signal.getsignal(signum)):
-                signal.signal(signum, signal.SIG_DFL)
-    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    # exits while the supervisor drains); Launcher.start() had them blocked
+    # until now. SIGTERM stays blocked so each shim is born with it blocked:
+    # an early cancel stays pending until the shim's handler is in place
+    # instead of killing it before it writes any record.
+    for signum in _SERVER_IGNORES:
         signal.signal(signum, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    # Computed once here rather than per shim: see _run_shim.
+    signal.pthread_sigmask(signal.SIG_SETMASK, {signal.SIGTERM})
+    # Those, Python's own SIGPIPE/SIGXFSZ and whatever the supervisor
+    # inherited ignored (nohup...); computed once here rather than per shim:
+    # see _run_shim.
     ignored = frozenset(
         signum
         for signum in signal.valid_signals()
         if signum != signal.SIGTERM and signal.getsignal(signum) == signal.SIG_IGN
     )
+    # Popen gave us /dev/null as stdin and stdout (each shim relies on fd 1
+    # being it) and the supervisor's stderr, kept for a traceback; and only
+    # our pipes besides, but close anything else regardless.
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    # Belt and braces: started before the lock and the database, but close
-    # everything but our pipes and stderr (kept for a traceback) regardless.
     _close_fds_except({0, 1, 2, req_r, reply_w, exit_w})
-    libc = _load_libc()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, _noop_handler)
     # Never block on the exit pipe: a supervisor that is busy in spawn() is
     # not reading it, and a full pipe would then deadlock both processes.
     os.set_blocking(exit_w, False)
+    # Everything alive now lives as long as the server: keep it out of the
+    # collector, whose passes would otherwise touch (and, right after a fork,
+    # copy) every page that holds an object.
+    gc.collect()
+    gc.freeze()
+    _send_message(reply_w, {"ready": True})
     backlog = bytearray()
     poller = select.poll()
     poller.register(req_r, select.POLLIN)
@@ -579,7 +654,7 @@ def _serve(req_r: int, reply_w: int, exit_w: int) -> None:
             request = _read_message(req_r)
             if request is None:
                 return  # the supervisor closed the pipe or died; shims live on
-            _send_message(reply_w, _fork_shim(request, libc, ignored))
+            _send_message(reply_w, _fork_shim(request, prctl, ignored))
         _reap_shims(backlog)
         if backlog:
             try:
@@ -601,7 +676,7 @@ def _reap_shims(backlog: bytearray) -> None:
         backlog += _PID.pack(pid)
 
 
-def _fork_shim(request: bytes, libc: Any, ignored: frozenset[int]) -> dict[str, Any]:
+def _fork_shim(request: bytes, prctl: Any, ignored: frozenset[int]) -> dict[str, Any]:
     """Fork one shim; returns the reply for the supervisor."""
     try:
         spec = LaunchSpec.from_wire(json.loads(request))
@@ -612,7 +687,7 @@ def _fork_shim(request: bytes, libc: Any, ignored: frozenset[int]) -> dict[str, 
     except OSError as exc:
         return {"error": f"fork failed ({exc.strerror or exc})"}
     if pid == 0:  # pragma: no cover - runs in the shim
-        _shim_main(spec, libc, ignored)
+        _shim_main(spec, prctl, ignored)
     # The child exists (at worst as an unreaped zombie), so this cannot miss.
     return {"pid": pid, "start_time": process_start_time(pid) or 0}
 
@@ -621,10 +696,10 @@ def _fork_shim(request: bytes, libc: Any, ignored: frozenset[int]) -> dict[str, 
 # The shim: one per attempt, a grandchild of the supervisor.
 
 
-def _shim_main(spec: LaunchSpec, libc: Any, ignored: frozenset[int]) -> NoReturn:
+def _shim_main(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> NoReturn:
     code = _SHIM_BROKEN
     try:
-        _run_shim(spec, libc, ignored)
+        _run_shim(spec, prctl, ignored)
         code = 0
     except BaseException:
         # fd 2 is stderr.log by now (or /dev/null if the shim broke earlier).
@@ -647,14 +722,12 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     _Shim.cancelled = True
 
 
-def _run_shim(spec: LaunchSpec, libc: Any, ignored: frozenset[int]) -> None:
+def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> None:
     gc.disable()  # short-lived: and every collection would copy shared pages
     signal.set_wakeup_fd(-1)  # the server's wakeup pipe is about to be closed
     os.setsid()
-    _set_comm(b"wfsched-shim")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
+    _set_comm(prctl, b"wfsched-shim")
+    os.dup2(1, 2)  # /dev/null (see _serve) until stderr.log; not the supervisor's stderr
     # The server's pipes, and anything else: the shim opens what it needs itself.
     _close_fds_except({0, 1, 2})
     pid = os.getpid()
@@ -672,7 +745,7 @@ def _run_shim(spec: LaunchSpec, libc: Any, ignored: frozenset[int]) -> None:
     # As subreaper the shim inherits the command's orphaned descendants, reaps
     # them, and so can tell when a terminated group is really empty (an init
     # that never reaps would otherwise leave zombies that keep the group "alive").
-    subreaper = libc is not None and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    subreaper = prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, _noop_handler)
@@ -840,18 +913,17 @@ def _finish(
     reason: str | None,
     started_at: float,
 ) -> None:
-    record = ExitRecord(
-        attempt=spec.attempt,
-        outcome=outcome,
-        exit_code=exit_code,
-        signal=signum,
-        reason=reason,
-        started_at=started_at,
-        finished_at=time.time(),
-    )
-    _write_record(
-        spec.attempt_dir, EXIT_RECORD, {**asdict(record), "run_id": spec.run_id}, durable=True
-    )
+    record = {  # the fields of ExitRecord (not asdict(): a deep copy), plus the run
+        "attempt": spec.attempt,
+        "outcome": outcome,
+        "exit_code": exit_code,
+        "signal": signum,
+        "reason": reason,
+        "started_at": started_at,
+        "finished_at": time.time(),
+        "run_id": spec.run_id,
+    }
+    _write_record(spec.attempt_dir, EXIT_RECORD, record, durable=True)
 
 
 def _signal_name(signum: int) -> str:

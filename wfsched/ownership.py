@@ -8,15 +8,11 @@ make a starting supervisor fail), by reading the kernel's lock table.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from wfsched.errors import ConflictError, StoreError
-
-PID_FILE_NAME = "supervisor.pid"
-"""Advisory only (the pid shown in messages); ownership is the lock."""
 
 
 class Ownership:
@@ -43,7 +39,6 @@ class Ownership:
                 f"{self.lock_path}: cannot lock ({exc.strerror or exc}); wfsched needs a"
                 " file system with flock support for its store"
             ) from exc
-        (self.lock_path.parent / PID_FILE_NAME).write_text(f"{os.getpid()}\n")
 
     def release(self) -> None:
         if self._lock.is_locked:

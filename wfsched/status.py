@@ -36,6 +36,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             for key in ("started_at", "last_tick_at", "poll_interval", "max_concurrent_runs")
         }
         counts = store.run_state_counts()
+        executing = store.executing_count()
         rows = store.list_schedules()
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
@@ -58,7 +59,10 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             "uptime": round(clock() - started_at, 3) if running and started_at else None,
             "stale": stale,
         },
-        "executing": counts.get("admitted", 0) + counts.get("running", 0),
+        # Capacity governs scheduled runs; manual runs bypass it and are
+        # counted apart so "executing X of N" never exceeds N.
+        "executing": executing,
+        "executing_manual": counts.get("admitted", 0) + counts.get("running", 0) - executing,
         "interrupted": counts.get("interrupted", 0),
         "max_concurrent_runs": int(capacity) if capacity else DEFAULT_MAX_CONCURRENT_RUNS,
         "next_due": None
@@ -85,6 +89,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
             "stale": False,
         },
         "executing": 0,
+        "executing_manual": 0,
         "interrupted": 0,
         "max_concurrent_runs": DEFAULT_MAX_CONCURRENT_RUNS,
         "next_due": None,

@@ -399,8 +399,7 @@ class Supervisor:
         pending = self.store.admitted_runs()
         if not pending:
             return
-        running = self.store.run_state_counts().get("running", 0)
-        room = self.config.max_concurrent_runs - running
+        room = self.config.max_concurrent_runs - self.store.scheduled_running_count()
         chosen: list[int] = []
         for run in pending:
             if len(chosen) == LAUNCH_CHUNK:
@@ -535,6 +534,7 @@ class Supervisor:
             )
             self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
+        self._notify_failure(run, attempt, reason, None)
 
     # -- exits --------------------------------------------------------------------
 
@@ -713,7 +713,7 @@ class Supervisor:
             self._answer(request, "refused", "the supervisor is shutting down; resume later")
             return
         executing = self.store.executing_count()
-        if run.kind == "scheduled" and executing >= self.config.max_concurrent_runs:
+        if executing >= self.config.max_concurrent_runs:
             self._answer(
                 request,
                 "refused",
@@ -869,6 +869,7 @@ def run_supervisor(
     fault: FaultHook = no_fault,
     log: Callable[..., None] | None = None,
     notifier: Notifier | None = None,
+    prepare: Callable[[Store], None] | None = None,
 ) -> None:
     """The whole daemon: fork server first (so it inherits neither the lock nor
     the database), then the lock, recovery, the loop, the drain, and the lock
@@ -884,13 +885,16 @@ def run_supervisor(
         raise
     try:
         store = Store(store_root)
+        if prepare is not None:
+            # Under the lock, before recovery (e.g. `supervise --apply`).
+            prepare(store)
         notifier = notifier or Notifier()
         supervisor = Supervisor(
             store, config, control, clock=clock, fault=fault, log=log, notifier=notifier
         )
         previous = {
             signum: signal.signal(signum, supervisor.request_stop)
-            for signum in (signal.SIGTERM, signal.SIGINT)
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         }
         try:
             supervisor.serve()

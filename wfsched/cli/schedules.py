@@ -532,7 +532,10 @@ def status(state: CliState, as_json: bool) -> None:
     grid.show_header = False
     output.add_row(grid, "store", info["store"])
     output.add_row(grid, "supervisor", alive)
-    output.add_row(grid, "executing", f"{info['executing']} of {info['max_concurrent_runs']}")
+    executing = f"{info['executing']} of {info['max_concurrent_runs']}"
+    if info["executing_manual"]:
+        executing += f" (+{info['executing_manual']} manual, outside capacity)"
+    output.add_row(grid, "executing", executing)
     output.add_row(grid, "interrupted", info["interrupted"])
     output.add_row(grid, "next due", f"{due['schedule_id']} at {due['at']}" if due else None)
     output.add_row(grid, "blocked", len(info["blocked"]))

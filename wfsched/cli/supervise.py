@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -12,6 +12,7 @@ from wfsched.cli import CliState, pass_state
 
 if TYPE_CHECKING:
     from wfsched.eventlog import EventLog
+    from wfsched.store import Store
 
 
 @click.command()
@@ -63,25 +64,21 @@ def supervise(
         },
     )
     log = EventLog(log_format, clock=state.clock)
-    if apply_dir is not None:
-        _apply(root, apply_dir, state, log)
     # Test-only hook (the crash tests): kill ourselves at a named boundary.
     spec = os.environ.get("WFSCHED_FAULT")
     fault = kill_at(spec) if spec else no_fault
-    run_supervisor(root, config, clock=state.clock, fault=fault, log=log)
+    prepare = None
+    if apply_dir is not None:
+        prepare = functools.partial(_apply, apply_dir=apply_dir, state=state, log=log)
+    run_supervisor(root, config, clock=state.clock, fault=fault, log=log, prepare=prepare)
 
 
-def _apply(root: Path, apply_dir: str, state: CliState, log: EventLog) -> None:
-    """Apply on a short-lived connection, closed before the fork server starts."""
+def _apply(store: Store, apply_dir: str, state: CliState, log: EventLog) -> None:
+    """`--apply`: under the supervisor's lock, so a refused start writes nothing."""
     from wfsched.admin import Admin
-    from wfsched.store import Store
 
-    store = Store(root)
-    try:
-        for action in Admin(store, state.clock).apply([apply_dir]):
-            log("applied", schedule=action.schedule_id, action=action.action)
-    finally:
-        store.close()
+    for action in Admin(store, state.clock).apply([apply_dir]):
+        log("applied", schedule=action.schedule_id, action=action.action)
 
 
 def register(group: click.Group) -> None:

@@ -436,6 +436,13 @@ class Store(AuditQueries, RetentionQueries):
         ).fetchone()
         return int(row[0])
 
+    def scheduled_running_count(self) -> int:
+        row = self._conn.execute(
+            f"SELECT COUNT(*) FROM runs WHERE {_UNFINISHED} AND state = 'running'"
+            " AND kind = 'scheduled'"
+        ).fetchone()
+        return int(row[0])
+
     def run_state_counts(self) -> dict[str, int]:
         rows = self._conn.execute(
             f"SELECT state, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY state"
