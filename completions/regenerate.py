@@ -37,7 +37,12 @@ def script(shell: str) -> str:
     )
     if result.exit_code != 0 or not result.stdout:
         raise SystemExit(f"cannot generate the {shell} script: {result.stderr.strip()}")
-    return header() + result.stdout
+    body = result.stdout
+    if body.startswith("#compdef"):
+        # zsh's compinit reads only the first line for `#compdef`.
+        first, _, rest = body.partition("\n")
+        return f"{first}\n{header()}{rest}"
+    return header() + body
 
 
 def main() -> int:
