@@ -537,13 +537,14 @@ def test_walking_a_thousand_row_history_returns_each_row_once_in_order(
     assert len(summaries) == 250 and all(p["count"] == 2 for p in summaries)
 
 
-def test_update_to_a_past_one_shot_records_it_and_exhausts(env: Env) -> None:
-    env.at(T0).admin.create(cron_def())
-    env.at(T0 + 10 * MIN).admin.update(once_def(T0 + 5 * MIN), expected_revision=1)
-    assert brief(env.ledger()) == [
-        ("skipped-misfire", T0 + 5 * MIN, "already past at update", None, False)
-    ]
+def test_update_to_a_past_one_shot_exhausts_without_backfill(env: Env) -> None:
+    env.at(T0).admin.create(cron_def("30 * * * *"))
+    # The new `at` is also an instant of the old calendar inside the span the
+    # update consumes: exactly one row for it, from the old revision.
+    env.at(T0 + 40 * MIN).admin.update(once_def(T0 + 30 * MIN), expected_revision=1)
+    assert brief(env.ledger()) == [("skipped-misfire", T0 + 30 * MIN, "update", None, False)]
     assert env.row().exhausted and env.row().next_due is None
+    assert env.row().revision == 2
 
 
 def test_pending_only_page_has_no_cursor_without_history(env: Env) -> None:

@@ -123,13 +123,11 @@ class Admin(Reads):
             "update",
             span_state="skipped-paused" if row.paused else "skipped-misfire",
         )
-        entries = change.entries
-        trigger = defn.trigger
-        if isinstance(trigger, OneShotTrigger) and row.consumed_through < trigger.at <= now:
-            # Updates never backfill: an `at` already past is recorded, not run.
-            entries = [*entries, Entry("skipped-misfire", trigger.at, "already past at update")]
-        self._record(row, entries, now)
-        next_due, exhausted = next_due_after(calendar_for(trigger), change.consumed_through)
+        # Updates never backfill: a one-shot `at` already past at the edit
+        # precedes the new revision, so the ledger does not owe it and the
+        # schedule is exhausted at once (create, by contrast, leaves it due).
+        self._record(row, change.entries, now)
+        next_due, exhausted = next_due_after(calendar_for(defn.trigger), change.consumed_through)
         if row.paused:
             next_due = None
         revision = row.revision + 1
