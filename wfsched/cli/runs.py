@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -16,6 +17,8 @@ from wfsched.errors import NotFoundError, OperationError, UsageError
 
 if TYPE_CHECKING:
     from wfsched.runs import Runs
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 ANSWER_WAIT = 5.0
 """Seconds a request waits for a running supervisor's answer (it polls every 1 s)."""
@@ -30,12 +33,31 @@ def _runs(state: CliState) -> Runs:
     return Runs(store, clock=state.clock)
 
 
+def _list_options(command: F) -> F:
+    """The listing options, shared by `runs` alone and `runs list`."""
+    for option in reversed(
+        (
+            click.option(
+                "--schedule", "schedule_id", metavar="ID", help="Only runs of this schedule."
+            ),
+            click.option(
+                "--status", metavar="STATE", help="admitted|running|interrupted|completed|failed"
+            ),
+            click.option(
+                "--limit", type=int, default=20, show_default=True, help="Rows per page (1..100)."
+            ),
+            click.option(
+                "--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page."
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+        )
+    ):
+        command = option(command)
+    return command
+
+
 @click.group(invoke_without_command=True)
-@click.option("--schedule", "schedule_id", metavar="ID", help="Only runs of this schedule.")
-@click.option("--status", metavar="STATE", help="admitted|running|interrupted|completed|failed")
-@click.option("--limit", type=int, default=20, show_default=True, help="Rows per page (1..100).")
-@click.option("--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_list_options
 @click.pass_context
 def runs(
     ctx: click.Context,
@@ -58,11 +80,7 @@ def runs(
 
 
 @runs.command("list")
-@click.option("--schedule", "schedule_id", metavar="ID", help="Only runs of this schedule.")
-@click.option("--status", metavar="STATE", help="admitted|running|interrupted|completed|failed")
-@click.option("--limit", type=int, default=20, show_default=True, help="Rows per page (1..100).")
-@click.option("--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_list_options
 @pass_state
 def list_runs(
     state: CliState,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -92,20 +92,18 @@ def open_for_audit(root: Path) -> Store:
 class AuditQueries:
     _conn: sqlite3.Connection
 
+    if TYPE_CHECKING:
+
+        def snapshot(self) -> AbstractContextManager[None]: ...
+
     @contextmanager
     def audit_snapshot(self) -> Iterator[None]:
         """One read transaction for the whole audit, so a supervisor writing
         meanwhile cannot make the checks see half of a transaction; database
         errors become one-line StoreErrors."""
         try:
-            if self._conn.in_transaction:
+            with self.snapshot():
                 yield
-                return
-            self._conn.execute("BEGIN")
-            try:
-                yield
-            finally:
-                self._conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot audit the store: {exc}") from exc
 
