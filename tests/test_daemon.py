@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -311,3 +313,43 @@ def _parent(pid: int) -> int | None:
             return int(stat.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def test_runs_logs_follow_streams_until_the_attempt_ends(store: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "go"
+    define(
+        store,
+        tmp_path,
+        "chatty",
+        '[trigger]\ncron = "0 0 1 1 *"\n[run]\n'
+        f'command = ["sh", "-c", "echo one; until [ -e {gate} ]; do sleep 0.05; done; echo two"]\n',
+    )
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        assert wfsched(store, "trigger", "chatty").returncode == 0
+        wait_for(lambda: run_state(store, "run-000001") == "running", what="running")
+        follower = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "wfsched",
+                "--store",
+                str(store),
+                "runs",
+                "logs",
+                "run-000001",
+                "--follow",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == "one\n"
+        assert follower.poll() is None, "--follow must wait while the attempt runs"
+        gate.touch()
+        rest, _ = follower.communicate(timeout=20)
+        assert rest == "two\n"
+        assert follower.returncode == 0
+    finally:
+        daemon.stop()

@@ -484,3 +484,45 @@ def test_a_corrupt_stored_definition_blocks_only_its_schedule(h: Harness) -> Non
     h.tick_at(T0)
     assert h.store.get_schedule("bad").blocked_reason.startswith("cannot decide: store:")
     assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned] == ["good"]
+
+
+class TestAdministrationAroundAdmission:
+    def test_an_update_never_changes_an_admitted_runs_frozen_invocation(self, h: Harness) -> None:
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0)
+        text = 'id = "a"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["echo", "v2"]\n'
+        h.admin.update(parse_definition(text, "a.toml", now=int(h.clock())), expected_revision=1)
+        first = h.runs.show("run-000001")
+        assert first["invocation"]["command"] == ["true"] and first["revision"] == 1
+        h.control.finish("run-000001")
+        h.tick_at(T0 + 3600)
+        second = h.runs.show("run-000002")
+        assert second["invocation"]["command"] == ["echo", "v2"] and second["revision"] == 2
+        spec, _ = h.control.spec("run-000002")
+        assert spec.argv == ("echo", "v2")
+
+    def test_a_pause_that_lands_before_the_tick_wins(self, h: Harness) -> None:
+        h.define("a", cron="0 * * * *")
+        h.clock.set(T0)
+        h.admin.pause("a")  # committed at the due instant, before the supervisor looked
+        h.supervisor.tick()
+        assert h.control.spawned == []
+        h.clock.set(T0 + 3 * 3600 + 5)
+        h.admin.resume("a")
+        h.tick_at(T0 + 3 * 3600 + 6)
+        assert h.control.spawned == []
+        assert [state for _, state, _ in h.history("a")] == ["skipped-misfire", "skipped-paused"]
+        h.tick_at(T0 + 4 * 3600)
+        assert len(h.control.spawned) == 1
+
+    def test_delete_while_running_lets_the_run_finish_and_keeps_history(self, h: Harness) -> None:
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0)
+        h.admin.delete("a")
+        h.control.finish("run-000001")
+        h.tick_at(T0 + 1)
+        h.tick_at(T0 + 3600)
+        assert len(h.control.spawned) == 1
+        assert h.runs.show("run-000001")["state"] == "completed"
+        assert h.history("a") == [(iso(T0), "completed", None)]
+        assert h.admin.get("a")["state"] == "deleted"
