@@ -7,16 +7,32 @@ instruction", including the exec of `date` itself).
 
     python bench/bench_spawn.py            # 200 paced runs each way
     python bench/bench_spawn.py --burst 1000
+    python bench/bench_spawn.py --bare     # without the supervisor's modules loaded
+
+By default this process first imports what `wfsched supervise` imports (the
+CLI, the supervisor, the store), so it is as big as a real supervisor (about
+27 MB resident) when it starts the launcher: how big the launcher's parent is
+matters to a launcher that forks its server from it.
 
 Paced runs wait for each job to finish before the next, so they measure one
 launch on an idle host. A burst spawns back to back without waiting (the
 issue's "1,000 launches must all start, the last < 5 s").
+
+Besides latency, the warm runs and the burst report CPU per launch, split as
+the kernel accounts it: the caller (this process, inside spawn() only), the
+fork server (its own utime + stime), and shims + jobs (what the server reaped:
+its cutime + cstime), with minor page faults of the server and per shim. The
+"job alone" line is the same `date` started directly by posix_spawn, so
+"shims + jobs" minus it is the shim's own cost. CPU figures are far less
+sensitive to other load on the host than latencies; the load average is
+printed with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import selectors
 import statistics
 import subprocess
 import sys
@@ -34,6 +50,95 @@ import wfsched.launcher
 with open(os.path.join(sys.argv[1], "stdout.log"), "ab") as out:
     subprocess.run(["date", "+%s.%N"], stdout=out, stdin=subprocess.DEVNULL, check=False)
 """
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_counters(pid: int) -> dict[str, float]:
+    """CPU seconds and minor faults of `pid` itself and of the children it reaped."""
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    f = raw[raw.rindex(b")") + 2 :].split()
+    return {
+        "minflt": int(f[7]),
+        "cminflt": int(f[8]),
+        "cpu": (int(f[11]) + int(f[12])) / CLK_TCK,
+        "ccpu": (int(f[13]) + int(f[14])) / CLK_TCK,
+    }
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class CpuSplit:
+    """CPU per launch: caller (inside spawn()), fork server, shims + jobs."""
+
+    def __init__(self, launcher: Launcher) -> None:
+        assert launcher.server_pid is not None
+        self.launcher = launcher
+        self.server = launcher.server_pid
+        self.caller = 0.0
+        self.pids: set[int] = set()
+        self.reported: set[int] = set()
+        self.before = _proc_counters(self.server)
+
+    def spawn(self, spec: LaunchSpec) -> None:
+        t0 = time.process_time()
+        self.pids.add(self.launcher.spawn(spec).pid)
+        self.caller += time.process_time() - t0
+
+    def finish(self, timeout: float = 60.0) -> str:
+        """Wait until the server reaped every shim (so their CPU is accounted)."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.launcher.fileno(), selectors.EVENT_READ)
+            while not self.pids <= self.reported and time.monotonic() < deadline:
+                if selector.select(timeout=0.5):
+                    self.reported.update(self.launcher.drain_exits())
+        after = _proc_counters(self.server)
+        n = len(self.pids)
+        server = (after["cpu"] - self.before["cpu"]) / n * 1e3
+        shims = (after["ccpu"] - self.before["ccpu"]) / n * 1e3
+        caller = self.caller / n * 1e3
+        return (
+            f"CPU per launch (ms): caller {caller:.2f}, fork server {server:.2f},"
+            f" shims + jobs {shims:.2f}; total {caller + server + shims:.2f}."
+            f" Minor faults per launch: server {(after['minflt'] - self.before['minflt']) / n:.0f},"
+            f" shim + job {(after['cminflt'] - self.before['cminflt']) / n:.0f}"
+        )
+
+
+def bench_job_alone(root: Path, count: int, stdin: str) -> str:
+    """The benchmark's job without any shim: CPU and faults of `date` itself."""
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    before = os.times()
+    faults0 = Path("/proc/self/stat").read_bytes()
+    for i in range(count):
+        out = os.open(str(root / f"alone-{i}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        inp = os.open(stdin, os.O_RDONLY)
+        pid = os.posix_spawnp(
+            "date",
+            ["date", "+%s.%N"],
+            env,
+            file_actions=[(os.POSIX_SPAWN_DUP2, inp, 0), (os.POSIX_SPAWN_DUP2, out, 1)],
+        )
+        os.close(out)
+        os.close(inp)
+        os.waitpid(pid, 0)
+    after = os.times()
+    faults1 = Path("/proc/self/stat").read_bytes()
+    cminflt = [int(raw[raw.rindex(b")") + 2 :].split()[8]) for raw in (faults0, faults1)]
+    cpu = (after.children_user + after.children_system) - (
+        before.children_user + before.children_system
+    )
+    return (
+        f"job alone (`date` by posix_spawn): CPU {cpu / count * 1e3:.2f} ms,"
+        f" minor faults {(cminflt[1] - cminflt[0]) / count:.0f} per run"
+    )
 
 
 def _attempt_dir(root: Path, name: str) -> str:
@@ -78,19 +183,38 @@ def _spec(root: Path, name: str, stdin: str) -> LaunchSpec:
     )
 
 
-def bench_warm(root: Path, count: int, stdin: str) -> tuple[list[float], list[float]]:
+def bench_warm(root: Path, count: int, stdin: str) -> tuple[list[float], list[float], str]:
     calls, latencies = [], []
-    with Launcher() as launcher:
+    launcher = Launcher()
+    t0 = time.perf_counter()
+    launcher.start()
+    started = time.perf_counter() - t0
+    try:
+        assert launcher.server_pid is not None
+        setup = (
+            f"Launcher.start() {started * 1e3:.1f} ms;"
+            f" fork server RSS {_rss_kib(launcher.server_pid) / 1024:.1f} MiB"
+        )
+        # One unmeasured launch: the server's first fork pays one-off costs.
+        first = _spec(root, "warm-first", stdin)
+        launcher.spawn(first)
+        _wait_exit(first.attempt_dir, time.monotonic() + 10)
+        time.sleep(0.1)
+        launcher.drain_exits()
+        split = CpuSplit(launcher)
         for i in range(count):
             spec = _spec(root, f"warm-{i}", stdin)
             requested = time.time()
             t0 = time.perf_counter()
-            launcher.spawn(spec)
+            split.spawn(spec)
             calls.append(time.perf_counter() - t0)
             deadline = time.monotonic() + 10
             latencies.append(_started(spec.attempt_dir, deadline) - requested)
             _wait_exit(spec.attempt_dir, deadline)
-    return calls, latencies
+        cpu = split.finish()
+    finally:
+        launcher.stop()
+    return calls, latencies, f"{setup}\n{cpu}"
 
 
 def bench_fresh(root: Path, count: int) -> tuple[list[float], list[float]]:
@@ -106,22 +230,24 @@ def bench_fresh(root: Path, count: int) -> tuple[list[float], list[float]]:
     return calls, latencies
 
 
-def bench_burst(root: Path, count: int, stdin: str) -> tuple[float, float, float]:
-    """(seconds to issue all spawns, median start latency, last start latency)."""
+def bench_burst(root: Path, count: int, stdin: str) -> tuple[float, float, float, str]:
+    """(seconds to issue all spawns, median start latency, last start latency, CPU split)."""
     specs = [_spec(root, f"burst-{i}", stdin) for i in range(count)]
     with Launcher() as launcher:
+        split = CpuSplit(launcher)
         begin = time.time()
         requested = []
         for spec in specs:
             requested.append(time.time())
-            launcher.spawn(spec)
+            split.spawn(spec)
         issued = time.time() - begin
         deadline = time.monotonic() + 60
         starts = [_started(spec.attempt_dir, deadline) for spec in specs]
         for spec in specs:
             _wait_exit(spec.attempt_dir, deadline)
+        cpu = split.finish()
     lat = [s - r for s, r in zip(starts, requested, strict=True)]
-    return issued, statistics.median(lat), max(starts) - begin
+    return issued, statistics.median(lat), max(starts) - begin, cpu
 
 
 def _summary(name: str, values: list[float]) -> str:
@@ -138,14 +264,26 @@ def main() -> None:
     parser.add_argument("-n", "--count", type=int, default=200, help="paced warm runs")
     parser.add_argument("--fresh", type=int, default=None, help="fresh runs (default: count)")
     parser.add_argument("--burst", type=int, default=0, help="also spawn N back to back")
+    parser.add_argument(
+        "--bare", action="store_true", help="do not import the supervisor's modules first"
+    )
     args = parser.parse_args()
+    if not args.bare:
+        import wfsched.cli.main
+        import wfsched.store
+        import wfsched.supervisor  # noqa: F401
+    print(f"this process: {_rss_kib(os.getpid()) / 1024:.1f} MiB resident")
     with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as tmp:
         root = Path(tmp)
         stdin = str(root / "input.json")
         Path(stdin).write_text("{}\n")
-        warm_calls, warm_lat = bench_warm(root, args.count, stdin)
+        print(_load_note())
+        warm_calls, warm_lat, warm_cpu = bench_warm(root, args.count, stdin)
+        alone = bench_job_alone(root, args.count, stdin)
         fresh_calls, fresh_lat = bench_fresh(root, args.fresh or args.count)
         print(f"{args.count} warm runs, {args.fresh or args.count} fresh runs (paced)")
+        print(warm_cpu)
+        print(alone)
         print(_summary("warm spawn() call", warm_calls))
         print(_summary("warm request -> first instruction", warm_lat))
         print(_summary("fresh Popen() call", fresh_calls))
@@ -153,12 +291,19 @@ def main() -> None:
         ratio = statistics.median(fresh_lat) / statistics.median(warm_lat)
         print(f"latency ratio fresh/warm (medians): {ratio:.1f}x")
         if args.burst:
-            issued, median, last = bench_burst(root, args.burst, stdin)
+            issued, median, last, cpu = bench_burst(root, args.burst, stdin)
             print(
                 f"burst of {args.burst}: all spawn() calls issued in {issued:.2f} s,"
                 f" median start latency {median * 1000:.1f} ms,"
                 f" last job started {last:.2f} s after the first request"
             )
+            print(f"  {cpu}")
+        print(_load_note())
+
+
+def _load_note() -> str:
+    one, five, _ = os.getloadavg()
+    return f"loadavg {one:.2f} (1 min) {five:.2f} (5 min) on {os.cpu_count()} CPUs"
 
 
 if __name__ == "__main__":

@@ -450,6 +450,147 @@ def test_server_death_is_reported(tmp_path: Path) -> None:
             launcher.spawn(make_spec(tmp_path, ("true",)))
 
 
+def test_server_is_a_fresh_interpreter_holding_only_its_pipes(tmp_path: Path) -> None:
+    # An inheritable descriptor of ours (a lock or database file, say) must
+    # not reach the server, which is this interpreter started afresh, isolated
+    # and without site, as our child.
+    leak = os.open(tmp_path / "held.db", os.O_RDWR | os.O_CREAT)
+    os.set_inheritable(leak, True)
+    try:
+        with Launcher() as launcher:
+            server = launcher.server_pid
+            assert server is not None
+            argv = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
+            assert argv[0] == os.fsencode(sys.executable)
+            assert b"-I" in argv and b"-S" in argv
+            fields = stat_fields(server)
+            assert fields is not None and int(fields[1]) == os.getpid()
+            assert Path(f"/proc/{server}/comm").read_text() == "wfsched-launch\n"
+            fds = {
+                int(fd): os.readlink(f"/proc/{server}/fd/{fd}")
+                for fd in os.listdir(f"/proc/{server}/fd")
+            }
+            # stdin and stdout (/dev/null), our stderr, three pipes to us and
+            # its signal wakeup pipe: nothing else.
+            assert len(fds) == 8, fds
+            assert fds[0] == fds[1] == "/dev/null"
+            assert all(path.startswith("pipe:") for fd, path in fds.items() if fd > 2), fds
+            spec = make_spec(tmp_path, ("true",))
+            launcher.spawn(spec)
+            assert wait_exit(spec).outcome == "exited"
+    finally:
+        os.close(leak)
+
+
+def test_the_server_imports_nothing_heavy() -> None:
+    # The server runs this module alone (see _server_argv); what it imports
+    # every shim carries. No store, CLI or third-party module belongs there.
+    package_parent = str(Path(__file__).resolve().parents[1])
+    probe = (
+        "import sys; sys.path.append(sys.argv[1]); import wfsched.launcher;"
+        " print(' '.join(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe, package_parent],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert {m for m in out if m.startswith("wfsched")} == {
+        "wfsched",
+        "wfsched.errors",
+        "wfsched.launcher",
+    }
+    heavy = {"sqlite3", "click", "rich", "croniter", "filelock", "tomllib", "zoneinfo", "site"}
+    assert heavy.isdisjoint(out)
+
+
+def test_server_outlives_terminal_and_stop_signals(launcher: Launcher, tmp_path: Path) -> None:
+    # Ctrl-C or systemd's SIGTERM reach the whole group; the server keeps
+    # serving (and reporting exits) until its request pipe closes.
+    server = launcher.server_pid
+    assert server is not None
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        os.kill(server, signum)
+    spec = make_spec(tmp_path, ("true",))
+    launcher.spawn(spec)
+    assert wait_exit(spec).outcome == "exited"
+    assert not gone(server)
+
+
+def test_restart_after_stop(tmp_path: Path) -> None:
+    # The supervisor replaces a dead server with stop() then start().
+    launcher = Launcher()
+    launcher.start()
+    first = launcher.server_pid
+    launcher.stop()
+    launcher.start()
+    try:
+        assert launcher.server_pid not in (None, first)
+        spec = make_spec(tmp_path, ("true",))
+        launcher.spawn(spec)
+        assert wait_exit(spec).outcome == "exited"
+    finally:
+        launcher.stop()
+    assert first is not None and gone(first)
+
+
+def test_a_server_that_cannot_start_is_a_launcher_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fds_before = sorted(os.listdir("/proc/self/fd"))
+    launcher = Launcher()
+    monkeypatch.setattr(
+        "wfsched.launcher._server_argv",
+        lambda *fds: [sys.executable, "-c", "import sys; sys.exit(3)"],
+    )
+    with pytest.raises(LauncherError, match="did not start: it exited with status 3"):
+        launcher.start()
+    monkeypatch.undo()  # the real _server_argv, but no interpreter to run it
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    with pytest.raises(LauncherError, match="cannot start the fork server"):
+        launcher.start()
+    assert launcher.server_pid is None
+    assert sorted(os.listdir("/proc/self/fd")) == fds_before
+    monkeypatch.undo()
+    launcher.start()  # and it can still start for real
+    launcher.stop()
+
+
+def test_server_finds_the_package_without_site(tmp_path: Path) -> None:
+    # A supervisor that found wfsched through PYTHONPATH and no site-packages
+    # at all (not the editable install's finder): the server finds it too.
+    package_parent = str(Path(__file__).resolve().parents[1])
+    driver = textwrap.dedent(
+        """
+        import os, sys, time
+        from wfsched.launcher import Launcher, LaunchSpec, read_exit_record
+        os.mkdir("attempt-1")
+        with Launcher() as launcher:
+            launcher.spawn(LaunchSpec(
+                run_id="run-000001", attempt=1, argv=("sh", "-c", "echo ran"), cwd=None,
+                env={"PATH": os.environ["PATH"]}, stdin_path=os.devnull,
+                attempt_dir="attempt-1", timeout=None, kill_grace=1,
+            ))
+            deadline = time.monotonic() + 10
+            while (record := read_exit_record("attempt-1")) is None:
+                assert time.monotonic() < deadline, "no exit record"
+                time.sleep(0.01)
+        print(record.outcome, open("attempt-1/stdout.log").read().strip())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", driver],
+        cwd=tmp_path,
+        env={"PATH": PATH, "PYTHONPATH": package_parent},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["exited", "ran"]
+
+
 DRIVER = textwrap.dedent(
     """
     import json, os, signal, sys
@@ -504,7 +645,7 @@ def test_shim_outlives_a_killed_owner_and_the_lock_dies_with_it(tmp_path: Path, 
         handle = ShimHandle(ready["pid"], ready["start_time"])
         server = ready["server"]
         # Neither the server nor the shim holds the lock file, even when the
-        # lock was taken before the server was forked.
+        # lock was taken before the server was started.
         for pid in (server, handle.pid):
             assert str(lock_path) not in open_paths(pid)
     finally:
