@@ -19,7 +19,7 @@ Measured on each (medians over --repeat):
   on a due `hot` (each tick ingests the previous run's exit, admits one
   instant, prepares its run directory and "launches" it), and the store
   queries a tick runs (`due_schedules`, `active_run_counts`,
-  `executing_count`, `pending_requests`, `unfinished_runs`, `earliest_next_due`);
+  `executing_count`, `pending_requests`, `unfinished_runs`, `earliest_due_schedule`);
 - `Admin.occurrences("hot", limit=100)`: first, middle and last page (small,
   grown, pruned); ratios against empty (tick, queries) and small (paging).
 
@@ -219,7 +219,7 @@ def query_timings(store: Store, repeat: int) -> dict[str, float]:
         "executing_count": store.executing_count,
         "pending_requests": store.pending_requests,
         "unfinished_runs": store.unfinished_runs,
-        "earliest_next_due": store.earliest_next_due,
+        "earliest_due_schedule": store.earliest_due_schedule,
     }
     return {name: median_seconds(fn, repeat) for name, fn in calls.items()}
 

@@ -42,6 +42,8 @@ ABANDONED = (
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64
+WAKE_PRECISELY = 0.003
+"""The last seconds before a due instant are slept with time.sleep, not epoll."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
@@ -151,6 +153,7 @@ class Supervisor:
         self._startup = True
         self._selector: selectors.BaseSelector | None = None
         self._next_retention = 0.0
+        self._overslept = 0.0
         self.draining = False
         self.stop_requested = False
         self.wake_now = False
@@ -181,7 +184,7 @@ class Supervisor:
             if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
                 self.notifier.send("WATCHDOG=1")
                 watchdog_due = time.monotonic() + self.notifier.watchdog_interval
-            self._wait(selector, self._sleep_seconds())
+            self._wait_until_due(selector, self._sleep_seconds())
         self.drain(selector)
         selector.close()
 
@@ -202,23 +205,45 @@ class Supervisor:
         return selector
 
     def _wait(self, selector: selectors.BaseSelector, timeout: float) -> None:
+        self._overslept = 0.0
         if self.stop_requested or timeout <= 0:
             return
-        for key, _ in selector.select(timeout):
+        started = time.monotonic()
+        events = selector.select(timeout)
+        self._overslept = time.monotonic() - started - timeout
+        if events:
+            # Woken early by an exit or a signal: no precise sleep after it.
+            self.wake_now = True
+        for key, _ in events:
             if key.fd == getattr(self, "_wakeup_read", -1):
                 with contextlib.suppress(BlockingIOError):
                     os.read(key.fd, 512)
 
     def _sleep_seconds(self) -> float:
-        """Until the next due instant, capped by the poll interval."""
+        """Until the next due instant, capped by the poll interval.
+
+        While idle, the schedule due next gets its definition parsed and its
+        calendar built, so the tick at its instant admits without that cost.
+        """
         if self.wake_now:
             self.wake_now = False
             return 0.0
         timeout = self.config.poll_interval
-        earliest = self.store.earliest_next_due()
-        if earliest is not None:
-            timeout = min(timeout, earliest - self.clock())
+        row = self.store.earliest_due_schedule()
+        if row is not None and row.next_due is not None:
+            timeout = min(timeout, row.next_due - self.clock())
+            with contextlib.suppress(WfschedError, ValueError):
+                self._calendar(row, self.admin.definition(row))
         return max(0.0, timeout)
+
+    def _wait_until_due(self, selector: selectors.BaseSelector, timeout: float) -> None:
+        """epoll counts whole milliseconds and wakes up to one late; sleep the
+        last stretch with nanosecond precision so a run starts on time."""
+        precise = min(timeout, WAKE_PRECISELY)
+        self._wait(selector, timeout - precise)
+        remaining = precise - max(0.0, self._overslept)
+        if remaining > 0 and not self.stop_requested and not self.wake_now:
+            time.sleep(remaining)
 
     # -- one tick -------------------------------------------------------------------
 

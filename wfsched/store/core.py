@@ -250,14 +250,13 @@ class Store(AuditQueries, RetentionQueries):
         )
         return [_schedule(row) for row in rows]
 
-    def earliest_next_due(self) -> int | None:
-        # The WHERE lets SQLite answer from the partial index, not a table scan.
+    def earliest_due_schedule(self) -> ScheduleRow | None:
+        """The schedule due next (an index seek on next_due)."""
         row = self._conn.execute(
-            "SELECT MIN(next_due) FROM schedules WHERE next_due IS NOT NULL"
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_due IS NOT NULL"
+            " ORDER BY next_due LIMIT 1"
         ).fetchone()
-        return row[0]
-
-    # -- occurrences (the ledger) -------------------------------------------
+        return _schedule(row) if row else None
 
     def insert_occurrence(
         self,
