@@ -26,8 +26,9 @@ atomically; recovery then ingests that record (`read_exit_record`) or
 re-adopts the live shim (`read_shim_record` + `shim_alive`).
 
 Files in an attempt directory: `shim.json` (pid + start time, written by the
-shim first thing), `stdout.log`, `stderr.log` (the command's output; also the
-shim's own traceback should the shim itself break), `exit.json`.
+shim as soon as the command is started), `stdout.log`, `stderr.log` (the
+command's output; also the shim's own traceback should the shim itself
+break), `exit.json`.
 """
 
 from __future__ import annotations
@@ -769,18 +770,6 @@ def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> None:
     os.dup2(1, 2)  # /dev/null (see _serve) until stderr.log; not the supervisor's stderr
     # The server's pipes, and anything else: the shim opens what it needs itself.
     _close_fds_except({0, 1, 2, wake_r, wake_w})
-    pid = os.getpid()
-    _write_record(
-        spec.attempt_dir,
-        SHIM_RECORD,
-        {
-            "pid": pid,
-            "start_time": process_start_time(pid),
-            "run_id": spec.run_id,
-            "attempt": spec.attempt,
-        },
-        durable=False,
-    )
     # As subreaper the shim inherits the command's orphaned descendants, reaps
     # them, and so can tell when a terminated group is really empty (an init
     # that never reaps would otherwise leave zombies that keep the group "alive").
@@ -795,14 +784,39 @@ def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> None:
 
     started_at = time.time()
     if _Shim.cancelled:
+        _write_shim_record(spec)
         _finish(spec, "cancelled", None, None, "cancelled before the command started", started_at)
         return
     try:
         _Shim.command = _start_command(spec)
     except (OSError, ValueError) as exc:
+        _write_shim_record(spec)
         _finish(spec, "spawn-failed", None, None, _spawn_failure(spec, exc), started_at)
         return
+    _write_shim_record(spec)
     _supervise_command(spec, _Shim.command.pid, wake_r, subreaper, started_at)
+
+
+def _write_shim_record(spec: LaunchSpec) -> None:
+    """shim.json, once the command is started (or known not to start): off the
+    command's start-up path, which is what launch latency measures.
+
+    Only recovery reads it, and only for a shim whose pid never reached the
+    database, i.e. after a supervisor crash and restart, which takes far
+    longer than this millisecond; a shim killed before writing it leaves the
+    attempt abandoned either way (no exit record). A failure to write it must
+    not cost the running command its supervision: the reply to spawn() has
+    given the supervisor the same pid and start time.
+    """
+    pid = os.getpid()
+    record = {
+        "pid": pid,
+        "start_time": process_start_time(pid),
+        "run_id": spec.run_id,
+        "attempt": spec.attempt,
+    }
+    with contextlib.suppress(OSError):
+        _write_record(spec.attempt_dir, SHIM_RECORD, record, durable=False)
 
 
 def _start_command(spec: LaunchSpec) -> subprocess.Popen[bytes]:
