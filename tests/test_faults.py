@@ -149,6 +149,7 @@ def test_kill_at_each_admission_and_exit_boundary(
 @pytest.mark.parametrize(
     ("point", "second_attempt_ran", "outcome"),
     [
+        ("before-resume-mark", True, "completed"),
         ("after-resume-mark", False, "failed"),
         ("after-spawn", True, "completed"),
         ("before-ingest", True, "completed"),
@@ -172,9 +173,14 @@ def test_kill_around_resume(
     wait_for(lambda: [r for r in runs(store) if r["state"] == "interrupted"], what="interruption")
     assert first.stop() == 0
     assert wfsched(store, "runs", "resume", "run-000001").returncode == 0
-    shim = None if point == "after-resume-mark" else True
-    state = "completed" if point == "after-ingest" else "running"
-    daemon = crash_then_recover(store, point, [(state, 2, shim, True)])
+    if point == "before-resume-mark":
+        # Not marked, request still pending: the restart performs the resume.
+        expected = [("interrupted", 1, True, True)]
+    else:
+        shim = None if point == "after-resume-mark" else True
+        state = "completed" if point == "after-ingest" else "running"
+        expected = [(state, 2, shim, True)]
+    daemon = crash_then_recover(store, point, expected)
     try:
         wait_for(lambda: runs(store)[0]["state"] in FINAL, timeout=20, what="a final state")
     finally:

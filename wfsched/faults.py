@@ -22,6 +22,7 @@ POINTS = (
     "after-spawn",
     "before-ingest",
     "after-ingest",
+    "before-resume-mark",
     "after-resume-mark",
 )
 

@@ -441,8 +441,19 @@ class Supervisor:
         row = self.store.get_schedule(schedule_id)
         return row is not None and not row.blocked_reason
 
-    def launch(self, seqs: list[int], attempt: int = 1, resume_input: Any = None) -> None:
-        """Run directory, then the durable attempt mark, then the shim."""
+    def launch(
+        self,
+        seqs: list[int],
+        attempt: int = 1,
+        resume_input: Any = None,
+        answer: RequestRow | None = None,
+    ) -> None:
+        """Run directory, then the durable attempt mark, then the shim.
+
+        A resume request is answered inside the mark's transaction: a crash
+        before it leaves the request pending (acted on after the restart),
+        never answered "done" for an attempt that was not marked.
+        """
         if not seqs:
             return
         runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
@@ -453,7 +464,7 @@ class Supervisor:
             rundir.prepare(invocation["input"])
             rundir.prepare_attempt(attempt, resume_input)
             prepared.append((run, invocation, rundir))
-        self.fault("after-run-dir")
+        self.fault("after-run-dir" if attempt == 1 else "before-resume-mark")
         started = self.clock()
         with self.store.atomic():
             for run, _, _ in prepared:
@@ -461,6 +472,10 @@ class Supervisor:
                 self.store.update_run(
                     run.seq, state="running", started_at=run.started_at or started, attempt=attempt
                 )
+                if answer is not None:
+                    self.store.finish_request(
+                        answer.seq, "done", f"{run.run_id} attempt {attempt}", started
+                    )
         self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
         handles: list[tuple[int, ShimHandle]] = []
         for run, invocation, rundir in prepared:
@@ -747,8 +762,7 @@ class Supervisor:
             )
             return
         payload = json.loads(request.payload) if request.payload else None
-        self._answer(request, "done", f"{run.run_id} attempt {run.attempt + 1}")
-        self.launch([run.seq], attempt=run.attempt + 1, resume_input=payload)
+        self.launch([run.seq], attempt=run.attempt + 1, resume_input=payload, answer=request)
 
     def _cancel(self, request: RequestRow) -> None:
         run = self.store.get_run(request.run_seq or 0)
