@@ -526,3 +526,19 @@ class TestAdministrationAroundAdmission:
         assert h.runs.show("run-000001")["state"] == "completed"
         assert h.history("a") == [(iso(T0), "completed", None)]
         assert h.admin.get("a")["state"] == "deleted"
+
+
+def test_an_admitted_run_shows_no_invented_output(h: Harness) -> None:
+    from wfsched.errors import NotFoundError
+
+    h.define("a", cron="0 * * * *")
+    h.clock.set(T0)
+    h.supervisor.fault = _crash_at("after-admission-commit")
+    with pytest.raises(_Crash):
+        h.supervisor.tick()
+    run = h.runs.show("run-000001")
+    assert run["state"] == "admitted"
+    assert (run["exit_code"], run["started_at"], run["finished_at"]) == (None, None, None)
+    assert run["attempts"] == []
+    with pytest.raises(NotFoundError, match="has not started yet"):
+        h.runs.log_file("run-000001")
