@@ -365,6 +365,9 @@ class NullControl:
     def fileno(self) -> int:
         return self._read
 
+    def warm(self) -> None:
+        pass
+
     def drain_exits(self) -> list[int]:
         exited, self._exited = self._exited, []
         return exited

@@ -411,6 +411,27 @@ def test_server_reports_reaped_shims(launcher: Launcher, tmp_path: Path) -> None
     assert launcher.drain_exits() == []  # non-blocking when nothing is new
 
 
+def test_warm_forks_a_throwaway_child_that_is_never_reported(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    server = launcher.server_pid
+    assert server is not None
+    for _ in range(3):
+        launcher.warm()
+    children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
+    assert children == [], "the warm-up child was reaped by the server itself"
+    handle = launcher.spawn(make_spec(tmp_path, ("true",)))
+    # The exit pipe is ordered: a reported warm-up child would come first.
+    reported: list[int] = []
+
+    def shim_reported() -> bool:
+        reported.extend(launcher.drain_exits())
+        return handle.pid in reported
+
+    wait_for(shim_reported, what="the real shim's exit")
+    assert reported == [handle.pid]
+
+
 def test_spawn_errors_and_stop(tmp_path: Path) -> None:
     launcher = Launcher()
     spec = make_spec(tmp_path, ("sh", "-c", f"{WAIT_FOR_GO}; echo done"))

@@ -302,6 +302,10 @@ def _read_exact(fd: int, size: int) -> bytes | None:
     return bytes(chunks)
 
 
+_WARM: dict[str, Any] = {"warm": True}
+_WARM_BYTES = json.dumps(_WARM, separators=(",", ":")).encode()
+
+
 def _read_message(fd: int) -> bytes | None:
     header = _read_exact(fd, _HEADER.size)
     if header is None:
@@ -440,6 +444,21 @@ class Launcher:
         if "error" in data:
             raise LauncherError(f"cannot launch {spec.run_id}: {data['error']}")
         return ShimHandle(pid=data["pid"], start_time=data["start_time"])
+
+    def warm(self) -> None:
+        """Have the server fork (and reap) a throwaway child now.
+
+        On a virtual machine the first fork after an idle spell costs
+        milliseconds; the supervisor calls this just before a due instant so
+        the launch itself finds the path warm. Best effort: errors are for
+        `spawn()` to report.
+        """
+        with self._lock:
+            if self._server is None:
+                return
+            with contextlib.suppress(OSError):
+                _send_message(self._req_w, _WARM)
+                _read_message(self._reply_r)
 
     def fileno(self) -> int:
         """Readable once the server reported reaped shims (or exited)."""
@@ -673,7 +692,10 @@ def _serve(req_r: int, reply_w: int, exit_w: int) -> None:
             request = _read_message(req_r)
             if request is None:
                 return  # the supervisor closed the pipe or died; shims live on
-            _send_message(reply_w, _fork_shim(request, prctl, ignored))
+            if request == _WARM_BYTES:
+                _send_message(reply_w, _warm_fork())
+            else:
+                _send_message(reply_w, _fork_shim(request, prctl, ignored))
         _reap_shims(backlog)
         if backlog:
             try:
@@ -682,6 +704,16 @@ def _serve(req_r: int, reply_w: int, exit_w: int) -> None:
                 pass
             except BrokenPipeError:
                 backlog.clear()  # nobody listens any more; EOF on requests follows
+
+
+def _warm_fork() -> dict[str, Any]:
+    """Fork a child that exits at once, and reap it here (it is no shim, so
+    it is never reported): the next real fork finds the path warm."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only exits
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return {"warm": True}
 
 
 def _rehearse() -> None:

@@ -42,8 +42,8 @@ ABANDONED = (
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64
-WAKE_PRECISELY = 0.003
-"""The last seconds before a due instant are slept with time.sleep, not epoll."""
+WAKE_EARLY = 0.02
+"""The last seconds before a due instant are spent awake, not in epoll."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
@@ -67,6 +67,7 @@ class ProcessControl(Protocol):
     def start(self) -> None: ...
     def spawn(self, spec: LaunchSpec) -> ShimHandle: ...
     def fileno(self) -> int: ...
+    def warm(self) -> None: ...
     def drain_exits(self) -> list[int]: ...
     def alive(self, handle: ShimHandle) -> bool: ...
     def cancel(self, handle: ShimHandle) -> bool: ...
@@ -92,6 +93,9 @@ class ForkServerControl:
 
     def fileno(self) -> int:
         return self._launcher.fileno()
+
+    def warm(self) -> None:
+        self._launcher.warm()
 
     def drain_exits(self) -> list[int]:
         return self._launcher.drain_exits()
@@ -184,7 +188,7 @@ class Supervisor:
             if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
                 self.notifier.send("WATCHDOG=1")
                 watchdog_due = time.monotonic() + self.notifier.watchdog_interval
-            self._wait_until_due(selector, self._sleep_seconds())
+            self._wait_until_due(selector, *self._sleep_seconds())
         self.drain(selector)
         selector.close()
 
@@ -219,31 +223,45 @@ class Supervisor:
                 with contextlib.suppress(BlockingIOError):
                     os.read(key.fd, 512)
 
-    def _sleep_seconds(self) -> float:
-        """Until the next due instant, capped by the poll interval.
+    def _sleep_seconds(self) -> tuple[float, bool]:
+        """Until the next due instant, capped by the poll interval; and
+        whether that instant ends the sleep (rather than the poll interval).
 
         While idle, the schedule due next gets its definition parsed and its
         calendar built, so the tick at its instant admits without that cost.
         """
         if self.wake_now:
             self.wake_now = False
-            return 0.0
+            return 0.0, False
         timeout = self.config.poll_interval
         row = self.store.earliest_due_schedule()
-        if row is not None and row.next_due is not None:
-            timeout = min(timeout, row.next_due - self.clock())
-            with contextlib.suppress(WfschedError, ValueError):
-                self._calendar(row, self.admin.definition(row))
-        return max(0.0, timeout)
+        if row is None or row.next_due is None:
+            return timeout, False
+        with contextlib.suppress(WfschedError, ValueError):
+            self._calendar(row, self.admin.definition(row))
+        until_due = row.next_due - self.clock()
+        return max(0.0, min(timeout, until_due)), until_due <= timeout
 
-    def _wait_until_due(self, selector: selectors.BaseSelector, timeout: float) -> None:
-        """epoll counts whole milliseconds and wakes up to one late; sleep the
-        last stretch with nanosecond precision so a run starts on time."""
-        precise = min(timeout, WAKE_PRECISELY)
-        self._wait(selector, timeout - precise)
-        remaining = precise - max(0.0, self._overslept)
-        if remaining > 0 and not self.stop_requested and not self.wake_now:
-            time.sleep(remaining)
+    def _wait_until_due(self, selector: selectors.BaseSelector, timeout: float, due: bool) -> None:
+        """Sleep in epoll, but spend the last WAKE_EARLY seconds before a due
+        instant awake: on a virtual machine the first fork and the first
+        fsync after an idle spell cost milliseconds each, so the supervisor
+        warms the disk (a durable liveness stamp) and the fork server (a
+        throwaway fork) and keeps its CPU busy, and
+        the run starts on time (epoll alone also wakes up to 1 ms late)."""
+        if not due:
+            self._wait(selector, timeout)
+            return
+        early = min(timeout, WAKE_EARLY)
+        self._wait(selector, timeout - early)
+        if self.stop_requested or self.wake_now:
+            return
+        deadline = time.monotonic() + early - max(0.0, self._overslept)
+        with self.store.atomic():
+            self.store.set_meta(last_tick_at=repr(self.clock()))
+        self.control.warm()
+        while not self.stop_requested and time.monotonic() < deadline:
+            pass
 
     # -- one tick -------------------------------------------------------------------
 
