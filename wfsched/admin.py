@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 # itself: start-up time of read commands such as `wfsched list` matters.
 
 
-
 @dataclass(frozen=True)
 class ApplyAction:
     schedule_id: str
