@@ -157,6 +157,8 @@ class Supervisor:
         self._startup = True
         self._selector: selectors.BaseSelector | None = None
         self._next_retention = 0.0
+        self._unlaunched = True
+        """Admitted runs may await launch (recovery's, a burst's later chunks)."""
         self._overslept = 0.0
         self.draining = False
         self.stop_requested = False
@@ -300,9 +302,11 @@ class Supervisor:
         admitted: list[int] = []
         instant_now = int(now)
         with self.store.atomic():
+            rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
+            if not rows:
+                return  # the idle tick: one indexed query, nothing more
             capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
             budget = self.config.max_admissions_per_tick
-            rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
             active = self.store.active_run_counts([row.id for row in rows])
             for row in rows:
                 if budget <= 0:
@@ -321,6 +325,7 @@ class Supervisor:
         self.launch(admitted[:LAUNCH_CHUNK])
         if len(admitted) > LAUNCH_CHUNK:
             self.wake_now = True
+            self._unlaunched = True
 
     def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:
         """Round-robin: start after the schedule admitted last, for fairness
@@ -437,10 +442,13 @@ class Supervisor:
     # -- launching ------------------------------------------------------------------
 
     def launch_admitted(self) -> None:
-        """Admitted runs not yet launched (left by recovery): through capacity,
-        except manual runs, which bypass it."""
+        """Admitted runs not yet launched (left by recovery or by a chunked
+        burst): through capacity, except manual runs, which bypass it."""
+        if not self._unlaunched:
+            return
         pending = self.store.admitted_runs()
         if not pending:
+            self._unlaunched = False
             return
         room = self.config.max_concurrent_runs - self.store.scheduled_running_count()
         chosen: list[int] = []
