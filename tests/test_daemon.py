@@ -52,6 +52,10 @@ def test_one_shot_runs_once_with_input_on_stdin_and_logs(store: Path, tmp_path: 
         assert wfsched(store, "runs", "logs", "run-000001", "--stderr").stdout == "to-stderr\n"
         schedule = wfsched_json(store, "get", "once")
         assert schedule["state"] == "exhausted"
+        table = wfsched(store, "runs", env={"COLUMNS": "200"}).stdout
+        assert "scheduled (local)" in table and "+00:00" in table
+        shown = wfsched(store, "runs", "show", "run-000001", env={"COLUMNS": "200"}).stdout
+        assert "(UTC)" in shown
     finally:
         assert daemon.stop() == 0
 

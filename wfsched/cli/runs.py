@@ -7,12 +7,21 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from wfsched.cli import CliState, pass_state
-from wfsched.cli.output import add_row, print_json, say, show, table
+from wfsched.cli.output import (
+    add_row,
+    local_text,
+    print_json,
+    say,
+    schedule_zone,
+    show,
+    table,
+)
 from wfsched.errors import NotFoundError, OperationError, UsageError
 
 if TYPE_CHECKING:
@@ -97,7 +106,10 @@ def list_runs(
     if as_json:
         print_json({"items": items, "next_cursor": next_cursor})
         return
-    grid = table("run", "schedule", "kind", "state", "scheduled (UTC)", "started", "exit", "reason")
+    zones = _Zones(state)
+    grid = table(
+        "run", "schedule", "kind", "state", "scheduled (UTC)", "scheduled (local)", "exit", "reason"
+    )
     for item in items:
         add_row(
             grid,
@@ -106,7 +118,7 @@ def list_runs(
             item["kind"],
             item["state"],
             item["scheduled_at"],
-            item["started_at"],
+            local_text(item["scheduled_at"], zones.of(item["schedule_id"])),
             item["exit_code"],
             item["reason"],
         )
@@ -128,8 +140,11 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
     grid = table("field", "value", title=view["run_id"])
     for key in ("schedule_id", "occurrence_id", "kind", "state", "reason", "exit_code"):
         add_row(grid, key, view[key])
-    for key in ("revision", "scheduled_at", "admitted_at", "started_at", "finished_at"):
-        add_row(grid, key, view[key])
+    add_row(grid, "revision", view["revision"])
+    zone = _Zones(state).of(view["schedule_id"])
+    for key in ("scheduled_at", "admitted_at", "started_at", "finished_at"):
+        when = view[key]
+        add_row(grid, key, f"{when}  ({local_text(when, zone)})" if when else None)
     for key, value in view["invocation"].items():
         add_row(grid, f"invocation.{key}", value)
     show(state.get_console(), grid)
@@ -214,6 +229,21 @@ def trigger(state: CliState, schedule_id: str) -> None:
     """
     api = _runs(state)
     _report(api, api.request_trigger(schedule_id), "trigger")
+
+
+class _Zones:
+    """Each schedule's display zone, read once per command (times are shown
+    in UTC and in the schedule's zone, DESIGN section 7)."""
+
+    def __init__(self, state: CliState) -> None:
+        self._state = state
+        self._zones: dict[str, tzinfo] = {}
+
+    def of(self, schedule_id: str) -> tzinfo:
+        if schedule_id not in self._zones:
+            trigger = self._state.reads().get(schedule_id)["trigger"]
+            self._zones[schedule_id] = schedule_zone(trigger)
+        return self._zones[schedule_id]
 
 
 def _report(api: Runs, request_seq: int, what: str) -> None:
