@@ -25,12 +25,6 @@ def to_datetime(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
-def to_epoch(moment: datetime) -> float:
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError("naive datetime: an offset or zone is required")
-    return moment.timestamp()
-
-
 def format_instant(epoch: int | float | None) -> str | None:
     """Whole-second UTC RFC 3339 (`2026-12-01T09:00:00Z`) for instants."""
     if epoch is None:

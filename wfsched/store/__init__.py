@@ -3,8 +3,6 @@
 from wfsched.store.core import DB_NAME, LOCK_NAME, RUNS_DIR, Store
 from wfsched.store.paths import default_store_path, resolve_store_path
 from wfsched.store.rows import (
-    EXECUTING_RUN_STATES,
-    UNFINISHED_RUN_STATES,
     AttemptRow,
     OccurrenceRow,
     RequestRow,
@@ -16,10 +14,8 @@ from wfsched.store.rows import (
 
 __all__ = [
     "DB_NAME",
-    "EXECUTING_RUN_STATES",
     "LOCK_NAME",
     "RUNS_DIR",
-    "UNFINISHED_RUN_STATES",
     "AttemptRow",
     "OccurrenceRow",
     "RequestRow",

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-FINISHED_RUN_STATES = ("completed", "failed")
 PRUNED_STATE = "pruned"
 
 _FINISHED = "('completed', 'failed')"

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-UNFINISHED_RUN_STATES = ("admitted", "running", "interrupted")
-EXECUTING_RUN_STATES = ("admitted", "running")
-
 
 @dataclass(frozen=True)
 class ScheduleRow:
