@@ -46,7 +46,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NoReturn
@@ -617,16 +617,21 @@ def _noop_handler(signum: int, frame: FrameType | None) -> None:
 
 
 def _server_main(req_r: int, reply_w: int, exit_w: int) -> NoReturn:
+    _exit_after(_serve, req_r, reply_w, exit_w)
+
+
+def _exit_after(work: Callable[..., None], *args: Any) -> NoReturn:
+    """Run the server's or a shim's body, then `os._exit`: no interpreter
+    teardown (nothing to flush or finalize), and a fork never unwinds into
+    its parent's loop. A crash is printed to fd 2 (a shim's stderr.log)."""
     code = _SHIM_BROKEN
     try:
-        _serve(req_r, reply_w, exit_w)
+        work(*args)
         code = 0
     except BaseException:
         with contextlib.suppress(BaseException):
             traceback.print_exc()
     finally:
-        # No interpreter teardown: nothing to flush or finalize, and a shim (a
-        # fork of this process) never unwinds into the server's loop.
         os._exit(code)
 
 
@@ -772,16 +777,7 @@ def _fork_shim(request: bytes, prctl: Any, ignored: frozenset[int]) -> dict[str,
 
 
 def _shim_main(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> NoReturn:
-    code = _SHIM_BROKEN
-    try:
-        _run_shim(spec, prctl, ignored)
-        code = 0
-    except BaseException:
-        # fd 2 is stderr.log by now (or /dev/null if the shim broke earlier).
-        with contextlib.suppress(BaseException):
-            traceback.print_exc()
-    finally:
-        os._exit(code)
+    _exit_after(_run_shim, spec, prctl, ignored)
 
 
 class _Shim:
