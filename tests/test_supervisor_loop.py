@@ -542,3 +542,32 @@ def test_an_admitted_run_shows_no_invented_output(h: Harness) -> None:
     assert run["attempts"] == []
     with pytest.raises(NotFoundError, match="has not started yet"):
         h.runs.log_file("run-000001")
+
+
+def test_cancel_of_an_interrupted_run_fails_it_and_frees_its_overlap_slot(h: Harness) -> None:
+    h.define_interruptible("a")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    h.runs.request_cancel("run-000001")
+    h.supervisor.tick()
+    run = h.runs.show("run-000001")
+    assert (run["state"], run["reason"]) == ("failed", "cancelled")
+    assert run["attempts"][-1]["state"] == "failed"
+    assert h.control.cancelled == []  # nothing was executing
+    h.tick_at(T0 + 3600)
+    assert h.runs.show("run-000002")["state"] == "running"
+
+
+def test_cancel_of_an_admitted_run_never_launches_it(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.clock.set(T0)
+    h.supervisor.fault = _crash_at("after-admission-commit")
+    with pytest.raises(_Crash):
+        h.supervisor.tick()
+    h.supervisor = h.new_supervisor()
+    h.supervisor.recover()
+    h.runs.request_cancel("run-000001")
+    h.supervisor.tick()
+    assert h.runs.show("run-000001")["state"] == "failed"
+    assert h.control.spawned == []
