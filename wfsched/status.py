@@ -37,7 +37,8 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         }
         counts = store.run_state_counts()
         executing = store.executing_count()
-        rows = store.list_schedules()
+        due = store.earliest_due_schedule()
+        blocked = store.blocked_schedules()
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
     poll_interval = _number(meta["poll_interval"]) or DEFAULT_POLL_INTERVAL
@@ -45,11 +46,6 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
     running = pid is not None
     seen = last_tick_at if last_tick_at is not None else started_at
     stale = running and seen is not None and clock() - seen > STALE_AFTER_POLLS * poll_interval
-    due = min(
-        (row for row in rows if row.state == "active" and row.next_due is not None),
-        key=lambda row: (row.next_due, row.id),
-        default=None,
-    )
     return {
         "supervisor": {
             "running": running,
@@ -68,11 +64,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         "next_due": None
         if due is None
         else {"schedule_id": due.id, "at": format_instant(due.next_due)},
-        "blocked": [
-            {"schedule_id": row.id, "reason": row.blocked_reason}
-            for row in rows
-            if row.blocked_reason
-        ],
+        "blocked": [{"schedule_id": row.id, "reason": row.blocked_reason} for row in blocked],
         "store": str(store.root),
     }
 

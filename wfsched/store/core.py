@@ -250,6 +250,13 @@ class Store(AuditQueries, RetentionQueries):
         )
         return [_schedule(row) for row in rows]
 
+    def blocked_schedules(self) -> list[ScheduleRow]:
+        rows = self._conn.execute(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules"
+            " WHERE blocked_reason IS NOT NULL AND deleted_at IS NULL ORDER BY id"
+        )
+        return [_schedule(row) for row in rows]
+
     def earliest_due_schedule(self) -> ScheduleRow | None:
         """The schedule due next (an index seek on next_due)."""
         row = self._conn.execute(
