@@ -133,3 +133,21 @@ def test_a_corrupt_definition_row_is_one_clear_line_and_nothing_written(
     db = sqlite3.connect(store_dir / "wfsched.db")
     assert db.execute("SELECT * FROM schedules").fetchall() == before
     db.close()
+
+
+def test_a_failed_commit_rolls_back_so_the_next_transaction_commits(tmp_path: Path) -> None:
+    """A COMMIT can fail and leave SQLite's transaction open (here a deferred
+    foreign key; a full disk does the same). Without a rollback, every later
+    atomic() would nest in it as a savepoint and never be committed."""
+    store = Store(tmp_path / "s")
+    with pytest.raises(sqlite3.IntegrityError), store.atomic():
+        store._conn.execute("PRAGMA defer_foreign_keys = ON")
+        store.insert_run("no-such-schedule", "manual", 0, 1, "{}", 0.0)
+    assert not store._conn.in_transaction
+    with store.atomic():
+        store.set_meta(probe="kept")
+    store.close()
+    other = Store(tmp_path / "s")
+    assert other.get_meta("probe") == "kept"
+    assert other.list_runs() == []
+    other.close()

@@ -4,6 +4,10 @@ The supervisor takes a `fault` callable (a no-op in production). The CLI
 builds one from `WFSCHED_FAULT=point[:N]` so a test can run the real daemon
 in a subprocess and have it SIGKILL itself right at a persistence boundary
 (the N-th time the point is reached, default the first).
+
+`WFSCHED_FAULT=point[:N]:raise` raises `InjectedFault` there instead, every
+time from the N-th on: a stand-in for a store error (a full disk, a locked
+database) that the supervisor must contain without dying.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ POINTS = (
     "after-ingest",
     "before-resume-mark",
     "after-resume-mark",
+    "before-notify",
 )
 
 
@@ -31,16 +36,28 @@ def no_fault(point: str) -> None:
     """Production: boundaries are just boundaries."""
 
 
-def kill_at(spec: str) -> FaultHook:
-    point, _, nth = spec.partition(":")
-    if point not in POINTS:
-        raise ValueError(f"unknown fault point {point!r}; one of {', '.join(POINTS)}")
-    remaining = [int(nth) if nth else 1]
+class InjectedFault(Exception):
+    """Raised at a fault point in `raise` mode."""
+
+
+def fault_at(spec: str) -> FaultHook:
+    """The hook for `point[:N]` (SIGKILL) or `point[:N]:raise`."""
+    point, *rest = spec.split(":")
+    mode = rest.pop() if rest and rest[-1] == "raise" else "kill"
+    if point not in POINTS or len(rest) > 1 or (rest and not rest[0].isdigit()):
+        raise ValueError(
+            f"bad fault {spec!r}; point[:N][:raise] with point one of {', '.join(POINTS)}"
+        )
+    remaining = [int(rest[0]) if rest else 1]
 
     def hook(reached: str) -> None:
         if reached != point:
             return
         remaining[0] -= 1
+        if remaining[0] > 0:
+            return
+        if mode == "raise":
+            raise InjectedFault(f"injected fault at {point}")
         if remaining[0] == 0:
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -4,7 +4,8 @@ Read-only. Whether a supervisor runs is answered by the kernel's lock table
 (`wfsched.ownership.holder`), never by taking the lock: even a brief probe
 could make a supervisor that is starting at that moment fail. The meta keys
 the supervisor writes (`pid`, `started_at`, `last_tick_at`, `poll_interval`,
-`max_concurrent_runs`; epoch floats as strings) only describe it.
+`max_concurrent_runs`, epoch floats as strings; `tick_errors`, JSON) only
+describe it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 from wfsched.ownership import holder
 from wfsched.store import Store
+from wfsched.tickerrors import META_KEY as TICK_ERRORS_KEY
+from wfsched.tickerrors import published
 from wfsched.timeutil import Clock, format_event, format_instant, wall_clock
 
 DEFAULT_MAX_CONCURRENT_RUNS = 4
@@ -33,7 +36,13 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
     with store.snapshot():
         meta = {
             key: store.get_meta(key)
-            for key in ("started_at", "last_tick_at", "poll_interval", "max_concurrent_runs")
+            for key in (
+                "started_at",
+                "last_tick_at",
+                "poll_interval",
+                "max_concurrent_runs",
+                TICK_ERRORS_KEY,
+            )
         }
         counts = store.run_state_counts()
         executing = store.executing_count()
@@ -65,6 +74,9 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         if due is None
         else {"schedule_id": due.id, "at": format_instant(due.next_due)},
         "blocked": [{"schedule_id": row.id, "reason": row.blocked_reason} for row in blocked],
+        # Errors the running (or last) supervisor contained, counted per tick
+        # phase since it started (wfsched.tickerrors).
+        "errors": published(meta[TICK_ERRORS_KEY]),
         "store": str(store.root),
     }
 
@@ -86,6 +98,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
         "max_concurrent_runs": DEFAULT_MAX_CONCURRENT_RUNS,
         "next_due": None,
         "blocked": [],
+        "errors": published(None),
         "store": str(root),
     }
 

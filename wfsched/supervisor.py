@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from wfsched.admin import Admin, record_entries
 from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for
@@ -35,6 +35,7 @@ from wfsched.preflight import preflight
 from wfsched.rundirs import RunDir
 from wfsched.sdnotify import Notifier
 from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, Store, run_id
+from wfsched.tickerrors import META_KEY, TickErrors, describe
 from wfsched.timeutil import Clock, format_instant, occurrence_id, wall_clock
 
 ABANDONED = (
@@ -46,7 +47,11 @@ WAKE_EARLY = 0.02
 """The last seconds before a due instant are spent awake, not in epoll."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
+NOTIFY_TRIES = 5
+"""A failure notification whose preparation keeps failing is dropped (and
+logged) after this many ticks, so one broken definition cannot loop."""
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,17 @@ class Watch:
     cancel_reason: str | None = None
 
 
+@dataclass
+class Notice:
+    """A failure hook owed for a run whose end is already committed."""
+
+    run: RunRow
+    attempt: int
+    reason: str
+    exit_code: int | None
+    tries: int = 0
+
+
 class Supervisor:
     def __init__(
         self,
@@ -152,6 +168,15 @@ class Supervisor:
         self.hooks = FailureHooks(control, self.log, config.on_failure, _PRIVATE_ENV)
         self.watches: dict[int, Watch] = {}
         self._pids: dict[int, int] = {}
+        self._reaped: set[int] = set()
+        """Watched runs whose shim was reaped but whose end is not committed
+        yet: the launcher reports a pid once, so a failed ingestion must
+        remember to read the exit record again next tick."""
+        self._notices: list[Notice] = []
+        self.errors = TickErrors()
+        self._focus: dict[str, Any] = {}
+        """What the current phase is working on (schedule, run, request), for
+        the log line if it fails."""
         self._calendars: dict[tuple[str, int], CronCalendar | OneShotCalendar] = {}
         self._round_robin_after = ""
         self._startup = True
@@ -175,6 +200,7 @@ class Supervisor:
                 last_tick_at=repr(now),
                 poll_interval=repr(self.config.poll_interval),
                 max_concurrent_runs=str(self.config.max_concurrent_runs),
+                **{META_KEY: self.errors.to_meta()},
             )
 
     def serve(self) -> None:
@@ -190,7 +216,8 @@ class Supervisor:
             if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
                 self.notifier.send("WATCHDOG=1")
                 watchdog_due = time.monotonic() + self.notifier.watchdog_interval
-            self._wait_until_due(selector, *self._sleep_seconds())
+            timing = self._phase("next-due", self._sleep_seconds)
+            self._wait_until_due(selector, *(timing or (self.config.poll_interval, False)))
         self.drain(selector)
         selector.close()
 
@@ -259,8 +286,7 @@ class Supervisor:
         if self.stop_requested or self.wake_now:
             return
         deadline = time.monotonic() + early - max(0.0, self._overslept)
-        with self.store.atomic():
-            self.store.set_meta(last_tick_at=repr(self.clock()))
+        self._phase("liveness", self._stamp, True)
         self.control.warm()
         while not self.stop_requested and time.monotonic() < deadline:
             pass
@@ -268,15 +294,54 @@ class Supervisor:
     # -- one tick -------------------------------------------------------------------
 
     def tick(self) -> None:
+        """One pass over every phase. A phase that fails is logged, counted
+        and skipped; the others still run, and the next tick retries it
+        (each phase re-reads its work from the store or its retry list)."""
         now = self.clock()
-        self.ingest_exits()
-        self.handle_requests()
+        self._phase("ingestion", self.ingest_exits)
+        self._phase("requests", self.handle_requests)
         if not self.draining:
-            self.launch_admitted()
-            self.admit_due(now)
-            self.retain(now)
-        self.store.touch_meta(last_tick_at=repr(self.clock()))
-        self._startup = False
+            self._phase("launch", self.launch_admitted)
+            self._phase("admission", self.admit_due, now)
+        self._phase("notification", self.notify_failures)
+        if not self.draining:
+            self._phase("retention", self.retain, now)
+        self._phase("liveness", self._stamp)
+
+    def _phase(self, name: str, action: Callable[..., T], *args: Any) -> T | None:
+        """Run one phase; contain what it raises (a store error, a bug).
+
+        Whatever failed is retried by the next tick: an admission or a mark
+        rolled back as a whole, a reaped shim stays in `_reaped`, a notice
+        stays queued, and admitted runs are looked for again (a launch may
+        have failed after its admission committed).
+        """
+        self._focus = {}
+        try:
+            return action(*args)
+        except Exception as exc:
+            self._unlaunched = True
+            repeated = self.errors.record(name, exc, self._focus, self.clock())
+            if repeated:
+                about = {key: value for key, value in self._focus.items() if value is not None}
+                if repeated > 1:
+                    about["repeated"] = repeated
+                self.log("tick-error", phase=name, **about, reason=describe(exc))
+            return None
+        finally:
+            self._focus = {}
+
+    def _stamp(self, durable: bool = False) -> None:
+        """The liveness stamp `status` reads, with the contained-error counts."""
+        values = {"last_tick_at": repr(self.clock())}
+        if self.errors.changed:
+            values[META_KEY] = self.errors.to_meta()
+        if durable:
+            with self.store.atomic():
+                self.store.set_meta(**values)
+        else:
+            self.store.touch_meta(**values)
+        self.errors.changed = False
 
     def retain(self, now: float) -> None:
         """Automatic retention: a small bounded prune per call, at most once a
@@ -286,6 +351,8 @@ class Supervisor:
             return
         from wfsched.retention import prune
 
+        # Set first: a prune that fails is retried in a minute, not every tick.
+        self._next_retention = now + RETENTION_INTERVAL
         report = prune(
             self.store, self.config.retention, now, max_batches=1, batch_size=RETENTION_BATCH
         )
@@ -295,7 +362,8 @@ class Supervisor:
             )
         for error in report.errors:
             self.log("prune-failed", reason=error)
-        self._next_retention = now if report.more else now + RETENTION_INTERVAL
+        if report.more:
+            self._next_retention = now
 
     def admit_due(self, now: float) -> None:
         """Decide every due schedule in one transaction, then launch."""
@@ -304,6 +372,7 @@ class Supervisor:
         with self.store.atomic():
             rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
             if not rows:
+                self._startup = False
                 return  # the idle tick: one indexed query, nothing more
             capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
             budget = self.config.max_admissions_per_tick
@@ -318,11 +387,15 @@ class Supervisor:
                 budget -= len(runs)
             if admitted:
                 self.fault("before-admission-commit")
+        # Only a committed decision ends the startup tick: a failed one is
+        # decided again, still under the rules for what was missed meanwhile.
+        self._startup = False
         if admitted:
             self.fault("after-admission-commit")
         # A burst launches a chunk per tick: the first jobs start at once and
-        # the loop keeps ingesting exits and requests between chunks.
-        self.launch(admitted[:LAUNCH_CHUNK])
+        # the loop keeps ingesting exits and requests between chunks. A failed
+        # launch is the launch phase's: the admissions stand, launched later.
+        self._phase("launch", self.launch, admitted[:LAUNCH_CHUNK])
         if len(admitted) > LAUNCH_CHUNK:
             self.wake_now = True
             self._unlaunched = True
@@ -336,6 +409,7 @@ class Supervisor:
     def _decide_one(
         self, row: ScheduleRow, now: float, active: int, capacity_left: int, budget: int
     ) -> list[int]:
+        self._focus = {"schedule": row.id}
         try:
             with self.store.atomic():
                 defn = self.admin.definition(row)
@@ -482,6 +556,10 @@ class Supervisor:
         """
         if not seqs:
             return
+        self._focus = {
+            "runs": ",".join(run_id(seq) for seq in seqs),
+            "request": answer.seq if answer else None,
+        }
         runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
         prepared: list[tuple[RunRow, dict[str, Any], RunDir]] = []
         for run in runs:
@@ -588,6 +666,7 @@ class Supervisor:
             self._pids[watch.handle.pid] = watch.run_seq
 
     def _unwatch(self, seq: int) -> None:
+        self._reaped.discard(seq)
         watch = self.watches.pop(seq, None)
         if watch is not None and watch.handle is not None:
             self._pids.pop(watch.handle.pid, None)
@@ -600,7 +679,7 @@ class Supervisor:
             )
             self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
-        self._notify_failure(run, attempt, reason, None)
+        self._notices.append(Notice(run, attempt, reason, None))
 
     # -- exits --------------------------------------------------------------------
 
@@ -614,12 +693,13 @@ class Supervisor:
             self._replace_launcher(exc)
             drained = []
         exited = self.hooks.reaped(drained)
-        reaped = {self._pids[pid] for pid in exited if pid in self._pids}
+        self._reaped.update(self._pids[pid] for pid in exited if pid in self._pids)
         endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
         corrupt: list[tuple[str, str]] = []
         for seq, watch in list(self.watches.items()):
-            if seq not in reaped and not watch.adopted:
+            if seq not in self._reaped and not watch.adopted:
                 continue
+            self._focus = {"run": run_id(seq), "schedule": watch.schedule_id}
             try:
                 record = self.control.read_exit(str(watch.attempt_dir))
             except ValueError as exc:
@@ -628,10 +708,11 @@ class Supervisor:
                 continue
             if record is not None:
                 endings.append((watch, record, None))
-            elif seq in reaped or not self._alive(watch):
+            elif seq in self._reaped or not self._alive(watch):
                 endings.append((watch, None, ABANDONED))
         if not endings:
             return
+        self._focus = {"runs": ",".join(run_id(watch.run_seq) for watch, _, _ in endings)}
         if any(record is not None for _, record, _ in endings):
             self.fault("before-ingest")
         self._conclude_all(endings)
@@ -665,7 +746,7 @@ class Supervisor:
             # An operator's own `runs cancel` needs no alert; every other failure
             # (exit status, signal, timeout, drain, abandonment) gets one.
             if state == "failed" and watch.cancel_reason != "cancelled":
-                self._notify_failure(run, watch.attempt, reason or "failed", exit_code)
+                self._notices.append(Notice(run, watch.attempt, reason or "failed", exit_code))
 
     def _record_end(
         self, run: RunRow, watch: Watch, record: ExitRecord | None, failure: str | None
@@ -704,9 +785,33 @@ class Supervisor:
         )
         return state, reason, exit_code
 
+    def notify_failures(self) -> None:
+        """Fire the hooks owed for failed runs (their ends are committed, so
+        a failure here never re-records an exit). A notice whose hook could
+        not be prepared is retried next tick, up to NOTIFY_TRIES times."""
+        notices, self._notices = self._notices, []
+        for index, notice in enumerate(notices):
+            self._focus = {"run": notice.run.run_id, "schedule": notice.run.schedule_id}
+            try:
+                self._notify_failure(notice.run, notice.attempt, notice.reason, notice.exit_code)
+            except Exception as exc:
+                # The rest go first next tick; this error is the phase's.
+                self._notices = notices[index + 1 :]
+                notice.tries += 1
+                if notice.tries < NOTIFY_TRIES:
+                    self._notices.append(notice)
+                else:
+                    self.log(
+                        "notify-failed",
+                        run=notice.run.run_id,
+                        reason=f"gave up after {NOTIFY_TRIES} tries: {describe(exc)}",
+                    )
+                raise
+
     def _notify_failure(
         self, run: RunRow, attempt: int, reason: str, exit_code: int | None
     ) -> None:
+        self.fault("before-notify")
         row = self.store.get_schedule(run.schedule_id)
         argv = self.admin.definition(row).on_failure if row is not None else None
         self.hooks.fire(
@@ -730,6 +835,12 @@ class Supervisor:
 
     def handle_requests(self) -> None:
         for request in self.store.pending_requests():
+            self._focus = {
+                "request": request.seq,
+                "kind": request.kind,
+                "schedule": request.schedule_id,
+                "run": run_id(request.run_seq) if request.run_seq else None,
+            }
             handler = {
                 "trigger": self._trigger,
                 "resume": self._resume,
@@ -767,7 +878,7 @@ class Supervisor:
             )
             self.store.finish_request(request.seq, "done", run_id(seq), now)
         self.log("admitted", schedule=row.id, run=run_id(seq), kind="manual")
-        self.launch([seq])
+        self._phase("launch", self.launch, [seq])
 
     def _resume(self, request: RequestRow) -> None:
         run = self.store.get_run(request.run_seq or 0)
@@ -886,8 +997,9 @@ class Supervisor:
     def _wait_for_watches(self, seconds: float, selector: selectors.BaseSelector | None) -> None:
         deadline = time.monotonic() + seconds
         while self.watches:
-            self.ingest_exits()
-            self.handle_requests()
+            self._phase("ingestion", self.ingest_exits)
+            self._phase("requests", self.handle_requests)
+            self._phase("notification", self.notify_failures)
             remaining = deadline - time.monotonic()
             if not self.watches or remaining <= 0:
                 return

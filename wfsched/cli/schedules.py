@@ -539,9 +539,28 @@ def status(state: CliState, as_json: bool) -> None:
     output.add_row(grid, "interrupted", info["interrupted"])
     output.add_row(grid, "next due", f"{due['schedule_id']} at {due['at']}" if due else None)
     output.add_row(grid, "blocked", len(info["blocked"]))
+    output.add_row(grid, "errors", _errors_line(info["errors"]))
     output.show(state.get_console(), grid)
     for blocked in info["blocked"]:
         output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")
+
+
+def _errors_line(errors: dict[str, Any]) -> str:
+    """`3 (notification 2, retention 1); last 2026-...: notification run=...: why`."""
+    if not errors["total"]:
+        return "none"
+    phases = ", ".join(f"{phase} {count}" for phase, count in sorted(errors["by_phase"].items()))
+    text = f"{errors['total']} ({phases})"
+    last = errors["last"]
+    if last:
+        about = " ".join(
+            f"{key}={value}"
+            for key, value in last.items()
+            if key not in ("phase", "at", "error") and value is not None
+        )
+        text += f"; last {last['at']}: {last.get('phase')}{' ' + about if about else ''}"
+        text += f": {last.get('error')}"
+    return text
 
 
 COMMANDS = (

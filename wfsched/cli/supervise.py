@@ -51,7 +51,7 @@ def supervise(
     """
     from wfsched.config import load_config
     from wfsched.eventlog import EventLog
-    from wfsched.faults import kill_at, no_fault
+    from wfsched.faults import fault_at, no_fault
     from wfsched.supervisor import run_supervisor
 
     root = state.resolved_store_path()
@@ -66,7 +66,7 @@ def supervise(
     log = EventLog(log_format, clock=state.clock)
     # Test-only hook (the crash tests): kill ourselves at a named boundary.
     spec = os.environ.get("WFSCHED_FAULT")
-    fault = kill_at(spec) if spec else no_fault
+    fault = fault_at(spec) if spec else no_fault
     prepare = None
     if apply_dir is not None:
         prepare = functools.partial(_apply, apply_dir=apply_dir, state=state, log=log)

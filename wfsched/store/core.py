@@ -163,11 +163,15 @@ class Store(AuditQueries, RetentionQueries):
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            # Inside the try: a COMMIT that fails (disk full, I/O error, a
+            # deferred constraint) can leave the transaction open, and every
+            # later atomic() would then nest in it as a savepoint and never
+            # commit. Roll it back so the caller's retry starts clean.
+            self._conn.execute("COMMIT")
         except BaseException:
             with suppress(sqlite3.Error):
                 self._conn.execute("ROLLBACK")
             raise
-        self._conn.execute("COMMIT")
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

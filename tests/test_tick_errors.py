@@ -1,0 +1,340 @@
+"""Layer 1: an error in one tick phase is contained, counted and retried.
+
+Each test makes one phase fail once (a store method raising the error
+SQLite raises on a failing disk, or the fault seam in `raise` mode) and
+checks three things: the tick returns, the error is counted under its
+phase with a log line naming what it was working on, and the next tick
+finishes the work exactly once (no double launch, no lost exit, no second
+hook).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_supervisor_loop import MINUTE, T0, Harness
+from wfsched.definition import parse_definition
+from wfsched.faults import InjectedFault
+from wfsched.status import status
+from wfsched.supervisor import NOTIFY_TRIES, Supervisor, SupervisorConfig
+from wfsched.tickerrors import REPEAT_LOG_INTERVAL, TickErrors
+
+
+def fail(
+    h: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    times: int = 1,
+    when: Callable[..., bool] = lambda *a, **k: True,
+) -> list[int]:
+    """Make `store.<method>` raise a disk error the next `times` matching calls."""
+    real = getattr(h.store, method)
+    left = [times]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if left[0] > 0 and when(*args, **kwargs):
+            left[0] -= 1
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(h.store, method, failing)
+    return left
+
+
+def tick_errors(h: Harness) -> list[dict[str, object]]:
+    return [fields for event, fields in h.events if event == "tick-error"]
+
+
+def events(h: Harness, name: str) -> list[dict[str, object]]:
+    return [fields for event, fields in h.events if event == name]
+
+
+def with_hook(h: Harness, fault: Callable[[str], None] | None = None) -> None:
+    h.supervisor = Supervisor(
+        h.store,
+        SupervisorConfig(on_failure=("alert",)),
+        h.control,
+        clock=h.clock,
+        log=lambda event, **fields: h.events.append((event, fields)),
+        **({"fault": fault} if fault else {}),
+    )
+    h.supervisor.tick()
+
+
+def hooks_fired(h: Harness) -> int:
+    return sum(spec.run_id.endswith("-notify") for spec, _ in h.control.spawned)
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    harness = Harness(tmp_path / "store")
+    harness.define("a", cron="0 * * * *")
+    return harness
+
+
+def test_ingestion_that_fails_after_reading_the_exit_record_rereads_it(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher reports a reaped shim once; the failed ingestion must not
+    forget it, or the run would stay `running` forever (a lost exit)."""
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=0)
+    fail(h, monkeypatch, "update_attempt", when=lambda *a, **k: "state" in k)
+    h.tick_at(T0 + 1)
+    assert h.runs.show("run-000001")["state"] == "running"
+    assert h.supervisor.errors.counts == {"ingestion": 1}
+    assert tick_errors(h) == [
+        {"phase": "ingestion", "runs": "run-000001", "reason": "disk I/O error"}
+    ]
+    h.tick_at(T0 + 2)
+    run = h.runs.show("run-000001")
+    assert run["state"] == "completed"
+    assert [a["state"] for a in run["attempts"]] == ["completed"]
+    assert len(events(h, "completed")) == 1
+    assert len(h.control.spawned) == 1
+
+
+def test_ingestion_fault_point_in_raise_mode_is_contained(h: Harness) -> None:
+    raised: list[str] = []
+
+    def fault(point: str) -> None:
+        if point == "before-ingest" and not raised:
+            raised.append(point)
+            raise InjectedFault("injected fault at before-ingest")
+
+    h.supervisor = Supervisor(
+        h.store,
+        SupervisorConfig(),
+        h.control,
+        clock=h.clock,
+        fault=fault,
+        log=lambda event, **fields: h.events.append((event, fields)),
+    )
+    h.supervisor.tick()
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=0)
+    h.tick_at(T0 + 1)
+    assert raised and h.runs.show("run-000001")["state"] == "running"
+    h.tick_at(T0 + 2)
+    assert h.runs.show("run-000001")["state"] == "completed"
+
+
+def test_notification_failure_after_the_exit_committed_is_retried_not_recommitted(
+    h: Harness,
+) -> None:
+    """The reported crash: a store error while notifying stopped the daemon.
+    Now the exit stays committed once and the hook fires on the next tick."""
+    failures = [1]
+
+    def fault(point: str) -> None:
+        if point == "before-notify" and failures[0]:
+            failures[0] -= 1
+            raise sqlite3.OperationalError("database is locked")
+
+    with_hook(h, fault)
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=3)
+    h.tick_at(T0 + 1)
+    assert h.runs.show("run-000001")["state"] == "failed"
+    assert hooks_fired(h) == 0
+    assert tick_errors(h) == [
+        {
+            "phase": "notification",
+            "run": "run-000001",
+            "schedule": "a",
+            "reason": "database is locked",
+        }
+    ]
+    h.tick_at(T0 + 2)
+    h.tick_at(T0 + 3)
+    assert hooks_fired(h) == 1
+    assert len(events(h, "failed")) == 1
+    assert [a["state"] for a in h.runs.show("run-000001")["attempts"]] == ["failed"]
+
+
+def test_a_store_error_reading_the_schedule_for_a_hook_is_contained(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_hook(h)
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=3)
+    fail(h, monkeypatch, "get_schedule")
+    h.tick_at(T0 + 1)
+    assert (hooks_fired(h), h.supervisor.errors.counts) == (0, {"notification": 1})
+    h.tick_at(T0 + 2)
+    assert hooks_fired(h) == 1
+
+
+def test_a_notice_that_keeps_failing_is_given_up_and_the_others_still_fire(
+    h: Harness,
+) -> None:
+    def fault(point: str) -> None:
+        if point == "before-notify" and current[0] == "run-000001":
+            raise sqlite3.OperationalError("disk I/O error")
+
+    current = [""]
+    real = Supervisor._notify_failure
+
+    def tracking(self: Supervisor, run: Any, *args: Any) -> None:
+        current[0] = run.run_id
+        real(self, run, *args)
+
+    with_hook(h, fault)
+    h.supervisor._notify_failure = tracking.__get__(h.supervisor)  # type: ignore[method-assign]
+    h.define("b", cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=1)
+    h.control.finish("run-000002", exit_code=1)
+    for second in range(1, NOTIFY_TRIES + 3):
+        h.tick_at(T0 + second)
+    assert [spec.run_id for spec, _ in h.control.spawned if "notify" in spec.run_id] == [
+        "run-000002-notify"
+    ]
+    assert h.supervisor.errors.counts == {"notification": NOTIFY_TRIES}
+    gave_up = [f for f in events(h, "notify-failed") if f["run"] == "run-000001"]
+    assert gave_up == [
+        {"run": "run-000001", "reason": f"gave up after {NOTIFY_TRIES} tries: disk I/O error"}
+    ]
+
+
+def test_admission_failure_rolls_back_and_admits_once_next_tick(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail(h, monkeypatch, "insert_occurrence")
+    h.tick_at(T0)
+    assert h.run_ids() == [] and h.history("a") == []
+    assert h.supervisor.errors.counts == {"admission": 1}
+    assert tick_errors(h)[0]["schedule"] == "a"
+    h.tick_at(T0 + 1)
+    assert h.run_ids() == ["run-000001"]
+    assert [state for _, state, _ in h.history("a")] == ["running"]
+    assert len(h.control.spawned) == 1
+
+
+def test_a_failed_launch_after_the_admission_committed_launches_once_later(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail(h, monkeypatch, "insert_attempt")
+    h.tick_at(T0)
+    assert h.runs.show("run-000001")["state"] == "admitted"
+    assert h.control.spawned == []
+    assert h.supervisor.errors.counts == {"launch": 1}
+    assert tick_errors(h)[0]["runs"] == "run-000001"
+    h.tick_at(T0 + 1)
+    h.tick_at(T0 + 2)
+    assert h.runs.show("run-000001")["state"] == "running"
+    assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001"]
+
+
+def test_a_failed_request_stays_pending_and_is_answered_once(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h.tick_at(T0 + 1)
+    seq = h.runs.request_trigger("a")
+    fail(h, monkeypatch, "finish_request")
+    h.tick_at(T0 + 2)
+    assert h.store.get_request(seq).state == "pending"  # type: ignore[union-attr]
+    assert h.supervisor.errors.counts == {"requests": 1}
+    assert tick_errors(h)[0] == {
+        "phase": "requests",
+        "request": seq,
+        "kind": "trigger",
+        "schedule": "a",
+        "reason": "disk I/O error",
+    }
+    h.tick_at(T0 + 3)
+    request = h.store.get_request(seq)
+    assert request is not None and (request.state, request.result) == ("done", "run-000002")
+    assert h.run_ids() == ["run-000001", "run-000002"]
+    assert len(h.control.spawned) == 2
+
+
+def test_retention_failure_is_retried_a_minute_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness(tmp_path / "store", retention=3600.0)
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 1)
+    fail(h, monkeypatch, "retention_schedule_ids")
+    h.tick_at(T0 + 3 * 3600 + 1)
+    assert h.supervisor.errors.counts == {"retention": 1}
+    assert "run-000001" in h.run_ids()
+    h.tick_at(T0 + 3 * 3600 + 2)
+    assert "run-000001" in h.run_ids()
+    h.tick_at(T0 + 3 * 3600 + 62)
+    assert "run-000001" not in h.run_ids()
+    assert events(h, "pruned")
+
+
+def test_liveness_stamp_failure_is_published_with_the_next_stamp(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail(h, monkeypatch, "touch_meta")
+    h.tick_at(T0)
+    assert h.runs.show("run-000001")["state"] == "running"
+    assert h.supervisor.errors.counts == {"liveness": 1}
+    h.tick_at(T0 + 1)
+    assert h.store.get_meta("last_tick_at") == repr(T0 + 1)
+    published = status(h.store, clock=h.clock)["errors"]
+    assert published["total"] == 1 and published["by_phase"] == {"liveness": 1}
+    assert published["last"]["phase"] == "liveness"
+    assert published["last"]["error"] == "disk I/O error"
+    assert published["last"]["at"] == "2026-12-01T09:00:00.000Z"
+
+
+def test_errors_are_counted_from_the_start_of_each_supervisor(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail(h, monkeypatch, "touch_meta")
+    h.tick_at(T0)
+    h.tick_at(T0 + 1)
+    assert status(h.store, clock=h.clock)["errors"]["total"] == 1
+    h.supervisor = h.new_supervisor()
+    h.supervisor.announce()
+    assert status(h.store, clock=h.clock)["errors"] == {
+        "total": 0,
+        "by_phase": {},
+        "last": None,
+    }
+
+
+def test_a_startup_tick_whose_admission_failed_is_decided_again_as_startup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What was missed while no supervisor ran keeps its `supervisor-down`
+    reading when the first decision has to be retried."""
+    h = Harness(tmp_path / "store")
+    text = 'id = "m"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\n'
+    h.admin.create(parse_definition(text, "m.toml", now=int(h.clock())))
+    h.supervisor = h.new_supervisor()
+    fail(h, monkeypatch, "insert_occurrence")
+    h.tick_at(T0 + 10 * MINUTE + 5)
+    assert h.history("m") == []
+    h.tick_at(T0 + 10 * MINUTE + 6)
+    reasons = [reason for _, state, reason in h.history("m") if state == "skipped-misfire"]
+    assert reasons and all(reason and "supervisor-down" in reason for reason in reasons)
+
+
+def test_the_same_error_is_logged_once_a_minute_and_counted_every_time() -> None:
+    errors = TickErrors()
+    boom = sqlite3.OperationalError("disk I/O error")
+    assert errors.record("retention", boom, {}, 100.0) == 1
+    assert errors.record("retention", boom, {}, 101.0) == 0
+    assert errors.record("retention", boom, {}, 130.0) == 0
+    assert errors.record("retention", boom, {}, 100.0 + REPEAT_LOG_INTERVAL) == 3
+    assert errors.record("retention", OSError("other"), {}, 161.0) == 1
+    assert errors.record("liveness", boom, {"run": None}, 161.0) == 1
+    assert errors.counts == {"retention": 5, "liveness": 1}
+    assert json.loads(errors.to_meta())["last"] == {
+        "phase": "liveness",
+        "at": 161.0,
+        "error": "disk I/O error",
+    }
