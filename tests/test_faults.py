@@ -218,3 +218,46 @@ def test_repeated_crashes_never_move_the_watermark_back(tmp_path: Path) -> None:
     assert [r["state"] for r in runs(store)] == ["completed"]
     assert ledger.read_text().splitlines()[0] == "run-000001 1"
     assert_store_invariants(store)
+
+
+def test_a_failing_side_path_never_stops_the_real_supervisor(tmp_path: Path) -> None:
+    """Every failure notification raises (WFSCHED_FAULT=before-notify:raise, a
+    stand-in for a store error). The daemon logs and counts it, gives the
+    notice up after its tries, and keeps running runs; status shows it."""
+    store = tmp_path / "store"
+    done = tmp_path / "good-ran"
+    defs = tmp_path / "defs"
+    write_definition(
+        defs,
+        "bad",
+        'id = "bad"\n[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["false"]\n'
+        '[notify]\non_failure = ["true"]\n',
+    )
+    write_definition(
+        defs,
+        "good",
+        f'id = "good"\n[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["touch", "{done}"]\n',
+    )
+    assert wfsched(store, "apply", str(defs)).returncode == 0
+    daemon = Daemon(store, env={"WFSCHED_FAULT": "before-notify:raise"})
+    daemon.wait_started()
+    try:
+        assert wfsched(store, "trigger", "bad").returncode == 0
+        wait_for(lambda: "gave up after 5 tries" in daemon.text(), what="the notice given up")
+        assert wfsched(store, "trigger", "good").returncode == 0
+        wait_for(lambda: [r for r in runs(store) if r["state"] == "completed"], what="good run")
+        assert done.exists() and daemon.proc.poll() is None
+        errors = wfsched_json(store, "status")["errors"]
+        human = wfsched(store, "status").stdout
+    finally:
+        code = daemon.stop()
+    assert code == 0, daemon.text()
+    assert errors["by_phase"] == {"notification": 5} and errors["total"] == 5
+    assert errors["last"]["error"] == "injected fault at before-notify"
+    assert (errors["last"]["phase"], errors["last"]["run"]) == ("notification", "run-000001")
+    assert "errors" in human and "5 (notification 5)" in human
+    log = daemon.text()
+    assert "tick-error phase=notification run=run-000001 schedule=bad" in log
+    assert log.count("tick-error") == 1, "the same error is logged once a minute"
+    assert "Traceback" not in log
+    assert [r["state"] for r in runs(store)] == ["completed", "failed"]
