@@ -8,6 +8,9 @@ make a starting supervisor fail), by reading the kernel's lock table.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Collection
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -45,20 +48,87 @@ class Ownership:
             self._lock.release()
 
 
-def holder(lock_path: Path) -> int | None:
-    """The pid holding an flock on `lock_path`, from /proc/locks; None if free."""
+PROC_LOCKS = Path("/proc/locks")
+PROC_MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def holder(
+    lock_path: Path, locks: Path = PROC_LOCKS, mountinfo: Path = PROC_MOUNTINFO
+) -> int | None:
+    """The pid holding an flock on `lock_path`, from /proc/locks; None if free.
+
+    A lock is identified by device and inode: an inode number alone also
+    matches a lock on another file system (another store on another disk,
+    any flock on a tmpfs), which would report a supervisor that is not there.
+    """
     try:
-        inode = lock_path.stat().st_ino
-        with open("/proc/locks") as table:
-            lines = table.read().splitlines()
+        inode, devices = _identity(lock_path, mountinfo)
+        table = locks.read_text()
     except OSError:
         return None
-    for line in lines:
+    return lock_holder(table, devices, inode)
+
+
+def lock_holder(table: str, devices: Collection[tuple[int, int]], inode: int) -> int | None:
+    """The pid of the FLOCK in `table` (/proc/locks text) on (device, inode).
+
+    A line reads "1: FLOCK  ADVISORY  WRITE 1234 fe:01:5678 0 EOF", the
+    device as hexadecimal major:minor; waiters blocked on a lock carry "->"
+    and hold nothing.
+    """
+    for line in table.splitlines():
         fields = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 08:02:5678 0 EOF" (blocked waiters carry "->")
         if len(fields) < 6 or fields[1] != "FLOCK" or "->" in fields[1:3]:
             continue
-        device_inode = fields[5].split(":")
-        if len(device_inode) == 3 and device_inode[2] == str(inode):
-            return int(fields[4])
+        parts = fields[5].split(":")
+        try:
+            device = (int(parts[0], 16), int(parts[1], 16))
+            if len(parts) == 3 and device in devices and int(parts[2]) == inode:
+                return int(fields[4])
+        except (ValueError, IndexError):
+            continue
+    return None
+
+
+def _identity(lock_path: Path, mountinfo: Path) -> tuple[int, set[tuple[int, int]]]:
+    """The lock file's inode and the device numbers the kernel may print for it.
+
+    /proc/locks prints the file system's own device. stat() says the same on
+    most file systems, but not on btrfs (a per-subvolume number) or overlayfs
+    (the lower layer's), so the device of the file's mount, found through the
+    mount id of an open descriptor, is accepted too.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except PermissionError:
+        status = lock_path.stat()
+        return status.st_ino, {(os.major(status.st_dev), os.minor(status.st_dev))}
+    try:
+        status = os.fstat(fd)
+        devices = {(os.major(status.st_dev), os.minor(status.st_dev))}
+        mount_id = _fdinfo_mount_id(fd)
+    finally:
+        # A read-only descriptor of our own: closing it releases no flock.
+        os.close(fd)
+    if mount_id is not None:
+        with contextlib.suppress(OSError, ValueError):
+            for line in mountinfo.read_text().splitlines():
+                # "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw"
+                fields = line.split()
+                if len(fields) > 2 and fields[0] == str(mount_id):
+                    major, minor = fields[2].split(":")
+                    devices.add((int(major), int(minor)))
+                    break
+    return status.st_ino, devices
+
+
+def _fdinfo_mount_id(fd: int) -> int | None:
+    try:
+        text = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "mnt_id" and value.strip().isdigit():
+            return int(value)
     return None
