@@ -429,3 +429,47 @@ def test_paging_walks_the_remaining_history_once(
         "run-000004",
         "run-000008",
     ]
+
+
+def test_answered_requests_age_out_and_pending_ones_never(built: Builder) -> None:
+    """The requests table (trigger, resume, cancel) is covered by retention:
+    an answer older than the bound goes, a request still owed one stays."""
+    store = built.store
+    with store.atomic():
+        old_pending = store.insert_request("trigger", T0 + 10, schedule_id="a")
+        old_refused = store.insert_request("cancel", T0 + 20, run_seq=3)
+        store.finish_request(old_refused, "refused", "no such run", T0 + 21)
+        recent = store.insert_request("trigger", NOW - DAY, schedule_id="b")
+        store.finish_request(recent, "done", "run-000010", NOW - DAY + 1)
+        answered_late = store.insert_request("cancel", T0 + 30, run_seq=4)
+        store.finish_request(answered_late, "refused", "late", CUTOFF + 1)
+    seqs = [row[0] for row in table_rows(built.root, "requests")]
+    trigger_of_run_6 = min(seqs)
+    before = dump(built.root)
+    dry = prune(store, BOUND, NOW, dry_run=True)
+    assert dry.requests == 2 and dump(built.root) == before
+    report = prune(store, BOUND, NOW)
+    assert report.requests == 2 and report.to_json()["requests"] == 2
+    left = {row[0]: row[6] for row in table_rows(built.root, "requests")}
+    assert trigger_of_run_6 not in left and old_refused not in left
+    assert left == {old_pending: "pending", recent: "done", answered_late: "refused"}
+    assert prune(store, BOUND, NOW).requests == 0
+    # Even with no bound at all, a pending request is never removed.
+    prune(store, 0, NOW + 10)
+    assert [row[0] for row in table_rows(built.root, "requests")] == [old_pending]
+
+
+def test_automatic_retention_prunes_answered_requests(built: Builder) -> None:
+    events: list[tuple[str, dict[str, object]]] = []
+    supervisor = Supervisor(
+        built.store,
+        SupervisorConfig(retention=float(BOUND)),
+        built.control,
+        clock=built.clock,
+        log=lambda event, **fields: events.append((event, fields)),
+    )
+    for _ in range(20):
+        supervisor.retain(NOW)
+    assert table_rows(built.root, "requests") == []
+    pruned = [fields["requests"] for event, fields in events if event == "pruned"]
+    assert sum(pruned) == 1  # type: ignore[arg-type]

@@ -10,6 +10,8 @@ With `cutoff = now - older_than_seconds`:
 - An occurrence row with no run is removable when it was recorded before the
   cutoff and every instant it covers (`scheduled_at`, and `last_at` for a
   summary) is before it.
+- A request (`trigger`, `runs resume`, `runs cancel`) is removable once it
+  was answered (done or refused) before the cutoff; a pending one never is.
 - Rows and directories of unfinished runs (admitted, running, interrupted)
   are never touched, however old. Schedules and revisions are never removed.
 
@@ -77,6 +79,8 @@ class PruneReport:
     occurrences: int = 0
     run_dirs: int = 0
     """Run directories removed: those of removed runs plus orphans."""
+    requests: int = 0
+    """Answered requests removed."""
     summary_rows: int = 0
     """`pruned` rows written or extended (not computed on a dry run)."""
     run_ids: list[str] = field(default_factory=list)
@@ -88,7 +92,7 @@ class PruneReport:
 
     @property
     def removed_anything(self) -> bool:
-        return bool(self.runs or self.occurrences or self.run_dirs)
+        return bool(self.runs or self.occurrences or self.run_dirs or self.requests)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +102,7 @@ class PruneReport:
             "attempts": self.attempts,
             "occurrences": self.occurrences,
             "run_dirs": self.run_dirs,
+            "requests": self.requests,
             "summary_rows": None if self.dry_run else self.summary_rows,
             "run_ids": list(self.run_ids),
             "more": self.more,
@@ -159,6 +164,7 @@ class _Pruner:
             self._ledger()
             self._runs()
             self._orphans()
+            self._requests()
         except _BudgetSpent:
             self.report.more = True
         return self.report
@@ -351,6 +357,26 @@ class _Pruner:
             self._spend()
             for path in orphans[start : start + self.batch_size]:
                 self._remove_dir(path)
+
+    # -- phase 4: answered requests ------------------------------------------------------
+
+    def _requests(self) -> None:
+        after = 0
+        while True:
+            probe = self.store.prunable_requests(
+                self.cutoff, after, self.batch_size if self.dry_run else 1
+            )
+            if not probe:
+                return
+            self._spend()
+            if self.dry_run:
+                self.report.requests += len(probe)
+                after = probe[-1]
+                continue
+            with self.store.atomic():
+                seqs = self.store.prunable_requests(self.cutoff, probe[0] - 1, self.batch_size)
+                self.report.requests += self.store.delete_answered_requests(seqs)
+            after = seqs[-1] if seqs else probe[0]
 
     def _run_dirs(self) -> Iterator[tuple[int, os.DirEntry[str]]]:
         try:

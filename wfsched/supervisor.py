@@ -356,9 +356,13 @@ class Supervisor:
         report = prune(
             self.store, self.config.retention, now, max_batches=1, batch_size=RETENTION_BATCH
         )
-        if report.runs or report.occurrences or report.run_dirs:
+        if report.removed_anything:
             self.log(
-                "pruned", runs=report.runs, occurrences=report.occurrences, dirs=report.run_dirs
+                "pruned",
+                runs=report.runs,
+                occurrences=report.occurrences,
+                dirs=report.run_dirs,
+                requests=report.requests,
             )
         for error in report.errors:
             self.log("prune-failed", reason=error)

@@ -31,9 +31,11 @@ def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> Non
     """Remove finished runs (rows, attempts, run directories) and ledger rows
     older than DURATION.
 
+    Also removes requests (trigger, resume, cancel) answered before the bound.
     Unfinished runs (admitted, running, interrupted) and their rows are never
-    touched, nor are schedules. The removed span of each schedule's history
-    stays accounted for by a `pruned` summary row. Safe while a supervisor runs.
+    touched, nor are pending requests or schedules. The removed span of each
+    schedule's history stays accounted for by a `pruned` summary row. Safe
+    while a supervisor runs.
     """
     from wfsched.retention import prune as prune_store
     from wfsched.timeutil import parse_duration
@@ -64,6 +66,7 @@ def _say_report(report: PruneReport) -> None:
     say(f"  runs:             {report.runs} ({report.attempts} attempts)")
     say(f"  occurrence rows:  {report.occurrences}")
     say(f"  run directories:  {report.run_dirs}")
+    say(f"  requests:         {report.requests} (answered)")
     if not report.dry_run:
         say(f"  `pruned` summary rows written: {report.summary_rows}")
     if report.run_ids:

@@ -2,8 +2,9 @@
 
 Every statement `wfsched.retention` needs lives here; that module decides
 what to remove and owns the transactions. Nothing here deletes a schedule or
-a revision, and nothing touches a row tied to an unfinished run: the
-`finished` predicates below are the only way a run becomes removable.
+a revision, nothing touches a row tied to an unfinished run (the `finished`
+predicates below are the only way a run becomes removable), and nothing
+removes a request that is still pending.
 """
 
 from __future__ import annotations
@@ -182,6 +183,33 @@ class RetentionQueries:
                 f"DELETE FROM runs WHERE seq IN ({marks}) AND state IN {_FINISHED}", chunk
             ).rowcount
         return runs, attempts
+
+    # -- answered requests ------------------------------------------------------------
+
+    def prunable_requests(self, cutoff: float, after_seq: int, limit: int) -> list[int]:
+        """Answered requests (done or refused) answered before `cutoff`, by seq.
+
+        A pending request is never selected, however old: it is still owed an
+        answer (a trigger recorded while no supervisor runs waits for one).
+        """
+        rows = self._conn.execute(
+            "SELECT seq FROM requests WHERE seq > ? AND state IN ('done', 'refused')"
+            " AND handled_at < ? ORDER BY seq LIMIT ?",
+            (after_seq, cutoff, limit),
+        )
+        return [int(seq) for (seq,) in rows.fetchall()]
+
+    def delete_answered_requests(self, seqs: Sequence[int]) -> int:
+        """The state test is repeated so no caller can remove a pending request."""
+        removed = 0
+        for start in range(0, len(seqs), 500):
+            chunk = list(seqs[start : start + 500])
+            removed += self._conn.execute(
+                f"DELETE FROM requests WHERE seq IN ({_marks(chunk)})"
+                " AND state IN ('done', 'refused')",
+                chunk,
+            ).rowcount
+        return removed
 
     # -- the ledger around what was removed ---------------------------------------
 
