@@ -492,6 +492,74 @@ def test_an_edit_after_a_clock_rollback_owes_nothing_before_the_watermark(
     assert "2026-12-01T09:14:00Z is not accounted for" in report["violations"][0]["detail"]
 
 
+def rollback_store(root: Path, edit: str) -> Store:
+    """A pause and resume move the watermark ahead of every ledger row (no
+    instant of */5 in between); the clock then rolls back and an edit
+    replaces the calendar with an every-minute one."""
+    clock = Clock(T0 - 30)
+    store = Store(root)
+    admin = Admin(store, clock)
+    supervisor = Supervisor(
+        store, SupervisorConfig(), FakeControl(), clock=clock, log=lambda *_, **__: None
+    )
+    supervisor.tick()
+    admin.create(parse_definition(_definition("r", "*/5 * * * *"), "r.toml", now=int(clock())))
+    clock.set(T0 + 10 * MINUTE + 5)
+    supervisor.tick()
+    clock.set(T0 + 12 * MINUTE)
+    admin.pause("r")
+    clock.set(T0 + 13 * MINUTE)
+    admin.resume("r")
+    clock.set(T0 + 4 * MINUTE)
+    text = _definition("r", "* * * * *")
+    if edit == "update":
+        admin.update(parse_definition(text, "r.toml", now=int(clock())), expected_revision=1)
+    else:
+        folder = root.parent / "defs"
+        folder.mkdir()
+        (folder / "r.toml").write_text(text)
+        admin.apply([str(folder)])
+    row = store.get_schedule("r")
+    assert row is not None and (row.revision, row.consumed_through) == (2, T0 + 13 * MINUTE)
+    clock.set(T0 + 20 * MINUTE)
+    supervisor.tick()
+    return store
+
+
+@pytest.mark.parametrize("edit", ["update", "apply"])
+def test_an_edit_after_a_resume_and_a_clock_rollback_owes_nothing_before_the_watermark(
+    run_cli: CliRun, tmp_path: Path, edit: str
+) -> None:
+    """The new calendar's 09:11..09:13 were never owed (the watermark was at
+    09:13 when the edit took over), though no row of the old revision
+    reaches past 09:10 and the edit's own time is 09:04."""
+    root = tmp_path / "rollback"
+    store = rollback_store(root, edit)
+    store.close()
+    code, report, _ = audit_cli(run_cli, root)
+    assert (code, report["violations"]) == (0, [])
+    # A real gap after the watermark is still reported.
+    corrupt(root, f"DELETE FROM occurrences WHERE scheduled_at = {T0 + 16 * MINUTE}")
+    code, report, _ = audit_cli(run_cli, root)
+    assert code == 1 and found(report) == [("ledger-gap", "r", None)]
+    assert "2026-12-01T09:16:00Z is not accounted for" in report["violations"][0]["detail"]
+
+
+def test_a_revision_without_a_stored_watermark_falls_back_to_the_old_bound(
+    run_cli: CliRun, tmp_path: Path
+) -> None:
+    """Revisions written before schema version 3 carry no watermark: the
+    known blind spot stays for them (documented), and only for them."""
+    root = tmp_path / "rollback"
+    rollback_store(root, "update").close()
+    corrupt(root, "UPDATE revisions SET watermark = NULL")
+    code, report, _ = audit_cli(run_cli, root)
+    assert code == 1 and found(report) == [("ledger-gap", "r", None)]
+    assert report["violations"][0]["detail"].startswith(
+        "3 instants, 2026-12-01T09:11:00Z through 2026-12-01T09:13:00Z"
+    )
+
+
 def test_pruned_history_still_audits_clean(run_cli: CliRun, copy: Path) -> None:
     """Retention replaces finished runs and old rows with `pruned` summary
     rows, removes their directories, and the ledger stays a complete account."""

@@ -151,3 +151,104 @@ def test_a_failed_commit_rolls_back_so_the_next_transaction_commits(tmp_path: Pa
     assert other.get_meta("probe") == "kept"
     assert other.list_runs() == []
     other.close()
+
+
+def v1_store(root: Path) -> None:
+    """A store as wfsched with schema version 1 wrote it: one schedule,
+    created at 09:00 with its revision (no watermark column yet)."""
+    from wfsched.definition import canonical_json, parse_definition
+    from wfsched.store.migrations import MIGRATIONS
+
+    root.mkdir()
+    (root / "runs").mkdir()
+    (_number, _why, statements) = next(m for m in MIGRATIONS if m[0] == 1)
+    definition = canonical_json(parse_definition(DEFINITION, "a.toml", now=0))
+    conn = sqlite3.connect(root / "wfsched.db")
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schedules (id, revision, definition, created_at, updated_at,"
+            " consumed_through, next_due) VALUES ('a', 1, ?, ?, ?, ?, ?)",
+            (definition, T9, T9, int(T9), int(T9) + 3600),
+        )
+        conn.execute(
+            "INSERT INTO revisions (schedule_id, revision, definition, created_at)"
+            " VALUES ('a', 1, ?, ?)",
+            (definition, T9),
+        )
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+T9 = 1796115600.0  # 2026-12-01T09:00:00Z
+
+
+def test_a_version_1_store_is_upgraded_and_audits_clean(tmp_path: Path) -> None:
+    from tests.fakes import Clock
+    from wfsched.admin import Admin
+    from wfsched.audit import audit
+    from wfsched.definition import parse_definition
+
+    root = tmp_path / "s"
+    v1_store(root)
+    store = Store(root)
+    assert store.schema_version == LATEST_VERSION == 3
+    assert store._conn.execute("SELECT watermark FROM revisions").fetchall() == [(None,)]
+    assert audit(store)["violations"] == []
+    clock = Clock(T9 + 2 * 3600 + 30)
+    edited = DEFINITION.replace('["true"]', '["false"]')
+    Admin(store, clock).update(parse_definition(edited, "a.toml", now=int(clock())), 1)
+    assert store._conn.execute("SELECT revision, watermark FROM revisions").fetchall() == [
+        (1, None),
+        (2, int(T9) + 2 * 3600 + 30),
+    ]
+    assert audit(store)["violations"] == []
+    store.close()
+    assert Store(root).schema_version == 3  # reopening applies nothing twice
+
+
+def test_migrations_apply_every_newer_version_in_order_gaps_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.store import migrations
+
+    first = next(m for m in migrations.MIGRATIONS if m[0] == 1)
+    monkeypatch.setattr(migrations, "MIGRATIONS", [first])
+    Store(tmp_path / "s").close()
+    # Listed out of order, with gaps: 7 needs 4's table, so order matters.
+    monkeypatch.setattr(
+        migrations,
+        "MIGRATIONS",
+        [
+            first,
+            (7, "index", ["CREATE INDEX t4_x ON t4(x)"]),
+            (4, "table", ["CREATE TABLE t4 (x)"]),
+        ],
+    )
+    store = Store(tmp_path / "s")
+    assert store.schema_version == 7
+    names = {row[0] for row in store._conn.execute("SELECT name FROM sqlite_master")}
+    assert {"t4", "t4_x"} <= names
+    store.close()
+    # A store at 4 gets only what is above 4.
+    monkeypatch.setattr(
+        migrations,
+        "MIGRATIONS",
+        [first, (4, "table", ["CREATE TABLE t4b (x)"]), (9, "more", ["CREATE TABLE t9 (x)"])],
+    )
+    db = sqlite3.connect(tmp_path / "s" / "wfsched.db")
+    db.execute("PRAGMA user_version = 4")
+    db.close()
+    store = Store(tmp_path / "s")
+    names = {row[0] for row in store._conn.execute("SELECT name FROM sqlite_master")}
+    assert store.schema_version == 9 and "t9" in names and "t4b" not in names
+    store.close()
+    # Newer than the newest known is still refused.
+    db = sqlite3.connect(tmp_path / "s" / "wfsched.db")
+    db.execute("PRAGMA user_version = 10")
+    db.close()
+    with pytest.raises(StoreError, match="schema version 10 is newer than this wfsched"):
+        Store(tmp_path / "s")

@@ -143,7 +143,7 @@ class Admin(Reads):
             exhausted=int(exhausted),
             blocked_reason=None,
         )
-        self.store.insert_revision(row.id, revision, definition, now)
+        self.store.insert_revision(row.id, revision, definition, now, change.consumed_through)
 
     def apply(
         self, paths: Sequence[str], *, prune: bool = False, dry_run: bool = False

@@ -22,14 +22,15 @@ Each violation names a stable `check`:
   summary row's [first, last] span, or the held candidate). Reported with the
   first and last missing instants. Each instant is judged by the calendar of
   the revision current when it passed: revision N owns the instants in
-  (start of N, start of N+1], where a revision starts at its created_at
-  (whole seconds: an edit accounts the old calendar through its own time
-  and the new one after it), or at the last instant an older revision's rows
-  decided if that is later (an edit after a clock rollback). Known blind
-  spot: the store does not keep the watermark an edit started from, so a
-  pause or resume, then a clock rollback, then an edit reports the new
-  calendar's instants between the edit's time and that rowless watermark as
-  a gap, although they were (rightly) never owed.
+  (start of N, start of N+1], where a revision starts at the watermark it
+  took over at (stored with it: an edit accounts the old calendar through
+  the later of its own time and the watermark, and the new one after that,
+  so an edit after a clock rollback owes nothing before the watermark).
+  Revisions written before schema version 3 have no stored watermark; they
+  start at their created_at (whole seconds) or the last instant an older
+  revision's rows decided, whichever is later, which can still report a
+  false gap for such an old edit made after a pause or resume and a clock
+  rollback.
 - `ledger-unchecked`: the calendar refused to answer (a regression), so the
   ledger of that schedule could not be proven.
 - `summary-count-mismatch`: a summary row with an exact count (at most
@@ -70,7 +71,7 @@ from wfsched.decisions import SCAN_CAP, Span, span_between
 from wfsched.definition import definition_from_document
 from wfsched.errors import CalendarError, CalendarExhausted, WfschedError
 from wfsched.store import ScheduleRow, Store, parse_run_id, run_id
-from wfsched.store.audit import LedgerRow, expected_schema, open_for_audit
+from wfsched.store.audit import LedgerRow, RevisionRow, expected_schema, open_for_audit
 from wfsched.store.retention import PRUNED_STATE
 from wfsched.timeutil import format_instant
 
@@ -273,35 +274,46 @@ class _Segment:
 
 
 def _segments(
-    row: ScheduleRow, history: list[tuple[int, str, float]], decided: dict[int, int], add: Add
+    row: ScheduleRow, history: list[RevisionRow], decided: dict[int, int], add: Add
 ) -> list[_Segment]:
-    """Who owes what: revision N from its creation (whole seconds) on, or from
-    the last instant an older revision already decided, whichever is later.
+    """Who owes what: revision N from the watermark it took over at (stored
+    with it since schema version 3).
 
-    The second bound matters after a clock rollback: an edit made while
-    `consumed_through` was ahead of the wall clock leaves the new calendar's
-    instants up to that watermark undecided, by design (never replayed).
+    An edit made while `consumed_through` was ahead of the wall clock (after
+    a clock rollback) leaves the new calendar's instants up to that watermark
+    undecided, by design (never replayed), so the edit's time is not the
+    bound. Revisions written before version 3 have no stored watermark: for
+    them the bound is their creation (whole seconds) or the last instant an
+    older revision decided, whichever is later, which misses a watermark
+    moved ahead without ledger rows (a pause and resume) before the rollback.
     """
     if not history:
         # No revision rows (a damaged store): the current definition for all time.
-        history = [(row.revision, row.definition, row.created_at)]
+        history = [RevisionRow(row.revision, row.definition, row.created_at, None)]
     starts: list[tuple[int, _Ended | None, int]] = []
     start = math.floor(row.created_at)
-    for index, (revision, definition, created_at) in enumerate(history):
+    for index, revision in enumerate(history):
         try:
-            defn = definition_from_document(json.loads(definition), f"store:{row.id}")
+            document = json.loads(revision.definition)
+            defn = definition_from_document(document, f"store:{row.id}")
             cal: _Ended | None = _Ended(calendar_for(defn.trigger))
         except (WfschedError, ValueError, TypeError, KeyError) as exc:
-            add("schema", f"revision {revision}: stored definition unreadable: {exc}", row.id)
+            add(
+                "schema",
+                f"revision {revision.revision}: stored definition unreadable: {exc}",
+                row.id,
+            )
             cal = None
-        if index > 0:
-            older = [high for number, high in decided.items() if number < revision]
-            start = max(start, math.floor(created_at), *older)
-        starts.append((revision, cal, start))
+        if index > 0 and revision.watermark is not None:
+            start = max(start, revision.watermark)
+        elif index > 0:
+            older = [high for number, high in decided.items() if number < revision.revision]
+            start = max(start, math.floor(revision.created_at), *older)
+        starts.append((revision.revision, cal, start))
     segments: list[_Segment] = []
-    for index, (revision, cal, after) in enumerate(starts):
+    for index, (number, cal, after) in enumerate(starts):
         through = starts[index + 1][2] if index + 1 < len(starts) else math.inf
-        segments.append(_Segment(revision, after, through, cal))
+        segments.append(_Segment(number, after, through, cal))
     return segments
 
 
@@ -340,9 +352,7 @@ def _spans(row: ScheduleRow, store: Store) -> Iterator[tuple[int, int, Any]]:
         yield candidate, candidate, None
 
 
-def _check_ledger(
-    row: ScheduleRow, history: list[tuple[int, str, float]], store: Store, add: Add
-) -> None:
+def _check_ledger(row: ScheduleRow, history: list[RevisionRow], store: Store, add: Add) -> None:
     segments = _segments(row, history, store.ledger_high_marks_by_revision(row.id), add)
     by_revision = {segment.revision: segment.cal for segment in segments}
     end = row.consumed_through

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wfsched.errors import NotFoundError, StoreError
-from wfsched.store.migrations import MIGRATIONS
+from wfsched.store.migrations import ordered
 
 if TYPE_CHECKING:
     from wfsched.store.core import Store
@@ -33,6 +33,15 @@ class LedgerRow:
     summary: bool
     state: str
     revision: int
+
+
+@dataclass(frozen=True)
+class RevisionRow:
+    revision: int
+    definition: str
+    created_at: float
+    watermark: int | None
+    """consumed_through when the revision took over (None before schema 3)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ def expected_schema() -> dict[tuple[str, str], str]:
     in a throwaway in-memory database so it can never drift from them."""
     conn = sqlite3.connect(":memory:")
     try:
-        for _number, _why, statements in MIGRATIONS:
+        for _number, _why, statements in ordered():
             for statement in statements:
                 conn.execute(statement)
         rows = conn.execute(
@@ -120,15 +129,15 @@ class AuditQueries:
             counts[table] = int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
         return counts
 
-    def revision_history(self) -> dict[str, list[tuple[int, str, float]]]:
-        """schedule id -> [(revision, definition, created_at)] oldest first."""
-        history: dict[str, list[tuple[int, str, float]]] = {}
+    def revision_history(self) -> dict[str, list[RevisionRow]]:
+        """schedule id -> its revisions, oldest first."""
+        history: dict[str, list[RevisionRow]] = {}
         rows = self._conn.execute(
-            "SELECT schedule_id, revision, definition, created_at FROM revisions"
+            "SELECT schedule_id, revision, definition, created_at, watermark FROM revisions"
             " ORDER BY schedule_id, revision"
         )
-        for schedule_id, revision, definition, created_at in rows:
-            history.setdefault(schedule_id, []).append((revision, definition, created_at))
+        for schedule_id, *fields in rows:
+            history.setdefault(schedule_id, []).append(RevisionRow(*fields))
         return history
 
     # -- admissions ---------------------------------------------------------------

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from wfsched.errors import StoreError
+from wfsched.store import migrations
 from wfsched.store.audit import AuditQueries
-from wfsched.store.migrations import LATEST_VERSION, MIGRATIONS
 from wfsched.store.retention import RetentionQueries
 from wfsched.store.rows import (
     AttemptRow,
@@ -119,17 +119,19 @@ class Store(AuditQueries, RetentionQueries):
         return conn
 
     def _migrate(self) -> None:
+        latest = migrations.latest_version()
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > LATEST_VERSION:
+        if version > latest:
             raise StoreError(
                 f"{self.db_path}: schema version {version} is newer than this wfsched"
-                f" understands ({LATEST_VERSION}); upgrade wfsched to use this store"
+                f" understands ({latest}); upgrade wfsched to use this store"
             )
-        if version == LATEST_VERSION:
+        if version == latest:
             return
         with self.atomic():
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            for number, _why, statements in MIGRATIONS:
+            # Every version above the store's, in order; gaps are fine.
+            for number, _why, statements in migrations.ordered():
                 if number <= version:
                     continue
                 for statement in statements:
@@ -201,13 +203,17 @@ class Store(AuditQueries, RetentionQueries):
             " consumed_through, next_due, exhausted) VALUES (?, 1, ?, ?, ?, ?, ?, ?)",
             (schedule_id, definition, now, now, consumed_through, next_due, int(exhausted)),
         )
-        self.insert_revision(schedule_id, 1, definition, now)
+        self.insert_revision(schedule_id, 1, definition, now, consumed_through)
 
-    def insert_revision(self, schedule_id: str, revision: int, definition: str, now: float) -> None:
+    def insert_revision(
+        self, schedule_id: str, revision: int, definition: str, now: float, watermark: int
+    ) -> None:
+        """`watermark`: the schedule's consumed_through as this revision takes
+        over; it owes the calendar instants after it (audit reads it)."""
         self._conn.execute(
-            "INSERT INTO revisions (schedule_id, revision, definition, created_at)"
-            " VALUES (?, ?, ?, ?)",
-            (schedule_id, revision, definition, now),
+            "INSERT INTO revisions (schedule_id, revision, definition, created_at, watermark)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (schedule_id, revision, definition, now, watermark),
         )
 
     def get_schedule(self, schedule_id: str) -> ScheduleRow | None:

@@ -1,7 +1,9 @@
 """Numbered schema migrations, applied with their version in one transaction.
 
-Each entry is (version, why, statements). A store whose `user_version` is
-newer than the last entry is refused: a downgrade must never guess.
+Each entry is (version, why, statements). Opening a store applies, in
+version order, every entry above its `user_version` (numbers need not be
+consecutive: branches reserve theirs). A store whose `user_version` is newer
+than the highest entry is refused: a downgrade must never guess.
 """
 
 from __future__ import annotations
@@ -130,6 +132,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ],
     ),
+    (
+        3,
+        # The watermark an edit started the new revision from: the revision
+        # owes the calendar instants after it. `audit` cannot rebuild it from
+        # the ledger when the clock was rolled back before the edit (the
+        # watermark then sits ahead of both the edit's time and the last
+        # ledger row). NULL for revisions written before this version.
+        "revisions.watermark",
+        ["ALTER TABLE revisions ADD COLUMN watermark INTEGER"],
+    ),
 ]
 
-LATEST_VERSION = MIGRATIONS[-1][0]
+
+def ordered() -> list[tuple[int, str, list[str]]]:
+    """The migrations by version, whatever order the list was assembled in."""
+    return sorted(MIGRATIONS, key=lambda migration: migration[0])
+
+
+def latest_version() -> int:
+    return max(number for number, _why, _statements in MIGRATIONS)
+
+
+LATEST_VERSION = latest_version()
