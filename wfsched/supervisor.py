@@ -389,6 +389,7 @@ class Supervisor:
                 admitted.extend(runs)
                 capacity_left -= len(runs)
                 budget -= len(runs)
+            self._focus = {}  # the commit is every schedule's
             if admitted:
                 self.fault("before-admission-commit")
         # Only a committed decision ends the startup tick: a failed one is
@@ -696,8 +697,10 @@ class Supervisor:
         except LauncherError as exc:
             self._replace_launcher(exc)
             drained = []
-        exited = self.hooks.reaped(drained)
-        self._reaped.update(self._pids[pid] for pid in exited if pid in self._pids)
+        # Remembered before anything else can fail: the launcher never
+        # reports these pids again. (Hooks' pids are never in _pids.)
+        self._reaped.update(self._pids[pid] for pid in drained if pid in self._pids)
+        self.hooks.reaped(drained)
         endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
         corrupt: list[tuple[str, str]] = []
         for seq, watch in list(self.watches.items()):
