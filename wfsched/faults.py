@@ -5,9 +5,9 @@ builds one from `WFSCHED_FAULT=point[:N]` so a test can run the real daemon
 in a subprocess and have it SIGKILL itself right at a persistence boundary
 (the N-th time the point is reached, default the first).
 
-`WFSCHED_FAULT=point[:N]:raise` raises `InjectedFault` there instead, every
-time from the N-th on: a stand-in for a store error (a full disk, a locked
-database) that the supervisor must contain without dying.
+`WFSCHED_FAULT=point[:N]:raise` raises `InjectedFault` there instead (the
+N-th time only): a stand-in for a store error (a full disk, a locked
+database) that the supervisor must contain, and retry, without dying.
 """
 
 from __future__ import annotations
@@ -54,11 +54,10 @@ def fault_at(spec: str) -> FaultHook:
         if reached != point:
             return
         remaining[0] -= 1
-        if remaining[0] > 0:
+        if remaining[0] != 0:
             return
         if mode == "raise":
             raise InjectedFault(f"injected fault at {point}")
-        if remaining[0] == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
