@@ -338,3 +338,24 @@ def test_the_same_error_is_logged_once_a_minute_and_counted_every_time() -> None
         "at": 161.0,
         "error": "disk I/O error",
     }
+
+
+def test_a_failed_next_due_lookup_in_the_loop_sleeps_a_poll_interval(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve() asks the store when to wake; a failure there must not end it."""
+    import signal
+
+    def log(event: str, **fields: object) -> None:
+        h.events.append((event, fields))
+        if event == "tick-error":
+            h.supervisor.stop_requested = True
+
+    h.supervisor = Supervisor(h.store, SupervisorConfig(), h.control, clock=h.clock, log=log)
+    fail(h, monkeypatch, "earliest_due_schedule")
+    try:
+        h.supervisor.serve()
+    finally:
+        signal.set_wakeup_fd(-1)
+    assert h.supervisor.errors.counts == {"next-due": 1}
+    assert [event for event, _ in h.events] == ["started", "tick-error", "draining", "drained"]
