@@ -415,6 +415,14 @@ def test_fault_points_are_documented() -> None:
     assert not missing, f"crash points missing from docs/recovery.md: {missing}"
 
 
+def test_tick_phases_are_documented() -> None:
+    from wfsched.tickerrors import PHASES
+
+    text = _docs_text("operations.md")
+    missing = [phase for phase in PHASES if f"| `{phase}` |" not in text]
+    assert not missing, f"tick phases missing from docs/operations.md: {missing}"
+
+
 def test_bench_scripts_are_documented() -> None:
     text = _docs_text("benchmarks.md")
     scripts = sorted(path.name for path in (ROOT / "bench").glob("bench_*.py"))

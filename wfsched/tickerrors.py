@@ -22,7 +22,7 @@ from typing import Any
 
 from wfsched.timeutil import format_event
 
-PHASES = (
+PHASES = (  # the names the supervisor's phases are counted under
     "ingestion",
     "requests",
     "launch",
