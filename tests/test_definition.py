@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import re
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from wfsched.definition import (
 )
 from wfsched.errors import DefinitionError
 from wfsched.model import CronTrigger, Definition, OneShotTrigger
+from wfsched.timeutil import MAX_DURATION, MAX_INSTANT, MIN_INSTANT
 
 SOURCE = "report.toml"
 NOW = 1_796_083_200  # 2026-12-01T00:00:00Z
@@ -119,6 +121,9 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     ((("id", "a" * 64),), "id", "1-63 characters"),
     ((("id", "a b"),), "id", "not a valid id"),
     ((("id", 5),), "id", "not a valid id"),
+    # `$` matches before a final newline: the whole id must match
+    ((("id", "nl\n"),), "id", "not a valid id"),
+    ((("id", "nl\r\n"),), "id", "not a valid id"),
     # unknown keys, named at every level
     ((("idd", "x"),), "idd", "unknown key; valid keys here: id, description"),
     ((("trigger.crn", "x"),), "trigger.crn", "unknown key"),
@@ -148,6 +153,13 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     ((("trigger.timezone", "Mars/Olympus"),), "trigger.timezone", "unknown time zone"),
     ((("trigger.timezone", "europe/berlin"),), "trigger.timezone", "unknown time zone"),
     ((("trigger.timezone", 5),), "trigger.timezone", "IANA zone name"),
+    # files of the tz database that name no zone
+    ((("trigger.timezone", "localtime"),), "trigger.timezone", "unknown time zone"),
+    ((("trigger.timezone", "Factory"),), "trigger.timezone", "unknown time zone"),
+    ((("trigger.timezone", "posixrules"),), "trigger.timezone", "unknown time zone"),
+    ((("trigger.timezone", "posix/Europe/Berlin"),), "trigger.timezone", "unknown time zone"),
+    ((("trigger.timezone", "right/UTC"),), "trigger.timezone", "unknown time zone"),
+    ((("trigger.timezone", "Europe/Berlin\n"),), "trigger.timezone", "unknown time zone"),
     ((("trigger.cron", 5),), "trigger.cron", "must be a string"),
     ((("trigger.cron", "61 * * * *"),), "trigger.cron", "minute"),
     ((("trigger.cron", "* * * *"),), "trigger.cron", "fields"),
@@ -162,30 +174,76 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     ((("trigger.cron", DELETE), ("trigger.at", "2027-01-01")), "trigger.at", "not an RFC 3339"),
     ((("trigger.cron", DELETE), ("trigger.at", "2027-13-01T00:00:00Z")), "trigger.at", "e.g."),
     ((("trigger.cron", DELETE), ("trigger.at", 1798761600)), "trigger.at", "offset date-time"),
+    # instants a datetime cannot hold in UTC
+    (
+        (("trigger.cron", DELETE), ("trigger.at", "9999-12-31T23:00:00-05:00")),
+        "trigger.at",
+        "in UTC it must lie from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z",
+    ),
+    (
+        (("trigger.cron", DELETE), ("trigger.at", "0001-01-01T00:30:00+01:00")),
+        "trigger.at",
+        "outside the instants wfsched can represent",
+    ),
+    (
+        (("trigger.cron", DELETE), ("trigger.at", "0001-01-01T00:00:00Z")),
+        "trigger.at",
+        "first representable second",
+    ),
+    (
+        (
+            ("trigger.cron", DELETE),
+            ("trigger.at", datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))),
+        ),
+        "trigger.at",
+        "outside the instants wfsched can represent",
+    ),
+    (
+        (("trigger.cron", DELETE), ("trigger.at", "\uff12\uff10\uff12\uff17-01-01T00:00:00Z")),
+        "trigger.at",
+        "not an RFC 3339",
+    ),
     # run.command
     ((("run.command", DELETE),), "run.command", "required"),
     ((("run.command", []),), "run.command", "non-empty argv list"),
     ((("run.command", [""]),), "run.command[0]", "non-empty string"),
     ((("run.command", ["echo", 5]),), "run.command[1]", "non-empty string"),
-    ((("run.command", ["echo", "a\0b"]),), "run.command[1]", "non-empty string"),
+    ((("run.command", ["echo", "a\0b"]),), "run.command[1]", "NUL character"),
     ((("run.command", ""),), "run.command", "non-blank"),
     ((("run.command", "   "),), "run.command", "non-blank"),
     ((("run.command", 5),), "run.command", "argv list"),
+    ((("run.command", "echo a\0b"),), "run.command", "NUL character"),
+    ((("run.command", "x" * 70_000),), "run.command", "70,000 bytes; at most 65,536"),
+    ((("run.command", ["echo", "x" * 70_000]),), "run.command[1]", "at most 65,536"),
+    ((("run.command", ["echo"] + ["x" * 999] * 66),), "run.command", "at most 65,536 (64 KiB)"),
     ((("run.command", {"argv": ["x"]}),), "run.command", "argv list"),
     # run.cwd
     ((("run.cwd", "srv/reports"),), "run.cwd", "absolute path"),
     ((("run.cwd", "./x"),), "run.cwd", "absolute path"),
     ((("run.cwd", ""),), "run.cwd", "absolute path"),
     ((("run.cwd", 5),), "run.cwd", "absolute path"),
+    ((("run.cwd", "/srv/a\0b"),), "run.cwd", "NUL character"),
+    ((("run.cwd", "/" + "d" * 4095),), "run.cwd", "4,096 bytes; at most 4,095"),
     # run.env
     ((("run.env", "A=1"),), "run.env", "table of strings"),
     ((("run.env", {"1A": "x"}),), "run.env.1A", "valid environment name"),
     ((("run.env", {"A-B": "x"}),), "run.env.A-B", "valid environment name"),
-    ((("run.env", {"": "x"}),), "run.env.", "valid environment name"),
+    ((("run.env", {"": "x"}),), 'run.env.""', "valid environment name"),
     ((("run.env", {"WFSCHED_INPUT": "x"}),), "run.env.WFSCHED_INPUT", "reserved"),
     ((("run.env", {"A": 1}),), "run.env.A", 'must be a string (quote it: "1")'),
     ((("run.env", {"A": True}),), "run.env.A", "must be a string"),
     ((("run.env", {"A": ["x"]}),), "run.env.A", "must be a string"),
+    ((("run.env", {"A\n": "x"}),), 'run.env."A\\n"', "valid environment name"),
+    ((("run.env", {"A=B": "x"}),), 'run.env."A=B"', "valid environment name"),
+    ((("run.env", {"A\0": "x"}),), 'run.env."A\\u0000"', "valid environment name"),
+    ((("run.env", {"A": "x\0y"}),), "run.env.A", "NUL character"),
+    ((("run.env", {"BIG": "x" * 70_000}),), "run.env.BIG", "70,000 bytes; at most 65,536"),
+    (
+        (("run.env", {f"V{i}": "x" * 1000 for i in range(66)}),),
+        "run.env",
+        "as NAME=value strings; at most 65,536 (64 KiB)",
+    ),
+    ((("run.env", {f"V{i}": "" for i in range(257)}),), "run.env", "257 variables; at most 256"),
     # durations
     ((("run.timeout", 0),), "run.timeout", "must be positive"),
     ((("run.timeout", "0s"),), "run.timeout", "must be positive"),
@@ -201,6 +259,14 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     ((("policy.lateness", -1),), "policy.lateness", "negative"),
     ((("policy.lateness", "1w"),), "policy.lateness", "not a duration"),
     ((("policy.lateness", True),), "policy.lateness", "duration"),
+    # at most 3650d: longer overflows the run's watcher and the date arithmetic
+    ((("run.timeout", "9999999999d"),), "run.timeout", "too long: at most 315360000 seconds"),
+    ((("run.timeout", 315_360_001),), "run.timeout", "(3650d, ten years)"),
+    ((("run.timeout", "3651d"),), "run.timeout", "too long"),
+    ((("run.timeout", "9" * 5000 + "s"),), "run.timeout", "too long"),
+    ((("run.kill_grace", "87601h"),), "run.kill_grace", "too long"),
+    ((("run.kill_grace", 2**63),), "run.kill_grace", "too long"),
+    ((("policy.lateness", "5256001m"),), "policy.lateness", "too long"),
     # interrupt_exit_code
     ((("run.interrupt_exit_code", 0),), "run.interrupt_exit_code", "1 to 255"),
     ((("run.interrupt_exit_code", 256),), "run.interrupt_exit_code", "1 to 255"),
@@ -243,6 +309,10 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     ((("notify.on_failure", "mail ops"),), "notify.on_failure", "argv list"),
     ((("notify.on_failure", ["mail", 1]),), "notify.on_failure[1]", "non-empty string"),
     ((("notify.on_failure", [""]),), "notify.on_failure[0]", "non-empty string"),
+    ((("notify.on_failure", ["mail", "a\0b"]),), "notify.on_failure[1]", "NUL character"),
+    ((("notify.on_failure", ["mail", "x" * 70_000]),), "notify.on_failure[1]", "at most 65,536"),
+    # description
+    ((("description", "d" * 4097),), "description", "4,097 bytes; at most 4,096"),
     # inputs (details in test_inputs.py), through the file
     ((("input", {"target": "a"}),), "input", "array of tables"),
     (
@@ -256,6 +326,7 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
         "conflicts with input[0].target 'a'",
     ),
     ((("input", [{"target": "a", "literal": "x" * 70000}]),), "input", "64 KiB"),
+    ((("input", [{"target": "a\n", "literal": 1}]),), "input[0].target", "not a dotted path"),
 ]
 
 
@@ -407,6 +478,61 @@ def test_empty_notify_table_means_no_notification() -> None:
     assert parse(build(("notify", {}))).on_failure is None
 
 
+def test_every_bound_is_inclusive_and_round_trips() -> None:
+    definition = parse(
+        build(
+            ("run.timeout", "3650d"),
+            ("run.kill_grace", 315_360_000),
+            ("policy.lateness", "87600h"),
+            ("run.env", {f"V{i:03d}": "" for i in range(256)}),
+            ("run.cwd", "/" + "d" * 4094),
+            ("description", "\u00e9" * 2048),  # 4,096 bytes of UTF-8
+            ("notify.on_failure", ["x" * 65_535]),  # with its NUL: 64 KiB
+        )
+    )
+    run = definition.run
+    assert run.timeout == run.kill_grace == definition.policy.lateness == MAX_DURATION
+    assert len(run.env) == 256
+    assert parse_definition(to_toml(definition), SOURCE, now=NOW) == definition
+
+
+def test_env_size_counts_name_equals_value() -> None:
+    # "V=" + value: exec receives each variable as one NAME=value string.
+    assert parse(build(("run.env", {"V": "x" * (65_536 - 2)}))).run.env[0][0] == "V"
+    with pytest.raises(DefinitionError, match="65,537 bytes as NAME=value strings"):
+        parse(build(("run.env", {"V": "x" * 1000, "W": "y" * (65_536 - 1004 + 1)})))
+
+
+@pytest.mark.parametrize(
+    ("at", "epoch"),
+    [
+        ("9999-12-31T23:59:59Z", MAX_INSTANT),
+        ("9999-12-31T18:59:59-05:00", MAX_INSTANT),
+        ("0001-01-01T00:00:01Z", MIN_INSTANT + 1),
+        ("0001-01-01T14:00:01+14:00", MIN_INSTANT + 1),
+    ],
+)
+@pytest.mark.parametrize("quoted", [False, True], ids=["toml-date-time", "string"])
+def test_one_shot_at_the_ends_of_representable_time(at: str, epoch: int, quoted: bool) -> None:
+    written = f'"{at}"' if quoted else at
+    text = f'id = "x"\n[trigger]\nat = {written}\n[run]\ncommand = "true"\n'
+    definition = parse_definition(text, SOURCE, now=NOW)
+    assert isinstance(definition.trigger, OneShotTrigger)
+    assert definition.trigger.at == epoch
+    assert parse_definition(to_toml(definition), SOURCE, now=NOW) == definition
+
+
+def test_a_byte_order_mark_is_ignored(tmp_path: Path) -> None:
+    text = to_toml(parse(BASE))
+    assert parse_definition("\ufeff" + text, SOURCE, now=NOW) == parse(BASE)
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_definition_file(path, now=NOW) == parse(BASE)
+    # Only a leading one: elsewhere it is a character like any other.
+    with pytest.raises(DefinitionError, match="invalid TOML"):
+        parse_definition(text + "\ufeff", SOURCE, now=NOW)
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -535,6 +661,11 @@ units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def test_duration_spellings(amount: int, unit: str, as_int: bool) -> None:
     seconds = amount * units[unit]
     written: int | str = seconds if as_int else f"{amount}{unit}"
+    if seconds > MAX_DURATION:
+        with pytest.raises(DefinitionError) as info:
+            parse(build(("policy.lateness", written)), now=None)
+        assert_names(info.value, "policy.lateness", "at most 315360000 seconds")
+        return
     definition = parse(build(("policy.lateness", written), ("run.kill_grace", written)), now=None)
     assert definition.policy.lateness == seconds
     assert definition.run.kill_grace == seconds

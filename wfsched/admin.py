@@ -12,17 +12,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wfsched.decisions import Candidate, Entry, consume_until, next_due_after, span_between
+from wfsched.decisions import (
+    Candidate,
+    Entry,
+    ask,
+    consume_until,
+    next_due_after,
+    span_between,
+)
 from wfsched.definition import (
     canonical_json,
     definition_from_document,
     load_definition_file,
 )
-from wfsched.errors import ConflictError, DefinitionError, UsageError
+from wfsched.errors import (
+    CalendarExhausted,
+    ConflictError,
+    DefinitionError,
+    EndOfTime,
+    UsageError,
+)
 from wfsched.model import Definition, OneShotTrigger
 from wfsched.reads import Reads
 from wfsched.store import ScheduleRow, Store
-from wfsched.timeutil import Clock, format_instant, parse_instant, wall_clock
+from wfsched.timeutil import MAX_INSTANT, Clock, format_instant, parse_instant, wall_clock
 from wfsched.views import (
     corrupt_definition,
     stored_document,
@@ -328,9 +341,19 @@ class Admin(Reads):
         else:
             cursor = max(int(self.clock()), row.consumed_through)
         zone = getattr(defn.trigger, "timezone", "UTC")
-        items = []
+        items: list[dict[str, Any]] = []
         for _ in range(count):
-            following = cal.next_after_epoch(cursor)
+            try:
+                following = ask(cal.next_after_epoch, cursor)
+            except CalendarExhausted as exc:
+                if items:
+                    break  # the instants before the end are the answer
+                if isinstance(exc, EndOfTime):
+                    raise UsageError(
+                        f"--after: {schedule_id} has no instant after {format_instant(cursor)}"
+                        f" before the end of representable time ({format_instant(MAX_INSTANT)})"
+                    ) from None
+                raise
             if following is None:
                 break
             local, note = describe_local(

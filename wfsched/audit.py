@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from wfsched.calendar import calendar_for
-from wfsched.decisions import SCAN_CAP, Span, span_between
+from wfsched.decisions import SCAN_CAP, Span, ask, span_between
 from wfsched.definition import definition_from_document
 from wfsched.errors import CalendarError, CalendarExhausted, WfschedError
 from wfsched.store import ScheduleRow, Store, parse_run_id, run_id
@@ -250,14 +250,14 @@ class _Ended:
 
     def next_after_epoch(self, t: int) -> int | None:
         try:
-            answer: int | None = self.cal.next_after_epoch(t)
+            answer: int | None = ask(self.cal.next_after_epoch, t)
         except CalendarExhausted:
             return None
         return answer
 
     def prev_before_epoch(self, t: int) -> int | None:
         try:
-            answer: int | None = self.cal.prev_before_epoch(t)
+            answer: int | None = ask(self.cal.prev_before_epoch, t)
         except CalendarExhausted:
             return None
         return answer

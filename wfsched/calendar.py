@@ -37,7 +37,16 @@ _SECOND = timedelta(seconds=1)
 def _zone_names() -> frozenset[str]:
     # Membership in the tz database's list, not ZoneInfo() succeeding, is the
     # test: on a case-insensitive filesystem ZoneInfo("europe/berlin") loads.
-    return frozenset(zoneinfo.available_timezones())
+    # The list is the `tzdata` package's (its Zone and Link names), not
+    # zoneinfo.available_timezones(): that one also offers every TZif file of
+    # the host's zoneinfo directory, such as `localtime` (the host's own
+    # setting, which can change under a schedule) and `posixrules`. `Factory`
+    # is in the database but names no place ("local time zone must be set").
+    # Every name here loads: ZoneInfo falls back to the tzdata package.
+    from importlib.resources import files
+
+    names = files("tzdata").joinpath("zones").read_text(encoding="utf-8").split()
+    return frozenset(names) - {"Factory"}
 
 
 def load_zone(name: str) -> zoneinfo.ZoneInfo:

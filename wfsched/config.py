@@ -6,26 +6,33 @@ definition error, so a typo never silently becomes a default.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from wfsched.definition import BOM, validate_argv
 from wfsched.errors import DefinitionError
 from wfsched.supervisor import SupervisorConfig
-from wfsched.timeutil import parse_duration
+from wfsched.timeutil import MAX_DURATION, check_duration, parse_duration
 
 CONFIG_NAME = "config.toml"
 
 
 @dataclass(frozen=True)
 class _Key:
-    kind: str  # "seconds" | "count"
+    kind: str  # "seconds" | "count" | "argv"
     minimum: float
+    maximum: float = MAX_DURATION
 
+
+MAX_POLL_INTERVAL = 86400
+"""The supervisor sleeps one poll interval in a single epoll wait, which
+cannot wait longer than about 24 days; a day is already far past useful."""
 
 _KEYS = {
-    "poll_interval": _Key("seconds", 0.01),
+    "poll_interval": _Key("seconds", 0.01, MAX_POLL_INTERVAL),
     "max_concurrent_runs": _Key("count", 1),
     "drain_grace": _Key("seconds", 0),
     "max_admissions_per_tick": _Key("count", 1),
@@ -41,7 +48,7 @@ def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig
     if path.exists():
         source = str(path)
         try:
-            document = tomllib.loads(path.read_text(encoding="utf-8"))
+            document = tomllib.loads(path.read_text(encoding="utf-8").removeprefix(BOM))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise DefinitionError(source, "", f"cannot read: {exc}") from None
         unknown = sorted(set(document) - set(_KEYS))
@@ -63,13 +70,7 @@ def _value(
 ) -> float | int | tuple[str, ...]:
     spec = _KEYS[flag or key]
     if spec.kind == "argv":
-        if (
-            not isinstance(raw, list)
-            or not raw
-            or not all(isinstance(part, str) and part for part in raw)
-        ):
-            raise DefinitionError(source, key, "must be a non-empty list of strings (an argv)")
-        return tuple(raw)
+        return validate_argv(raw, source, key)
     if isinstance(raw, bool):
         raise DefinitionError(source, key, "must be a number")
     if spec.kind == "count":
@@ -78,8 +79,13 @@ def _value(
         return raw
     try:
         value = float(raw) if isinstance(raw, float) else float(parse_duration(raw))
+        if not math.isfinite(value):
+            raise ValueError(f"{raw!r} is not a number of seconds")
+        check_duration(value, raw)
     except ValueError as exc:
         raise DefinitionError(source, key, str(exc)) from None
     if value < spec.minimum:
         raise DefinitionError(source, key, f"must be at least {spec.minimum:g} seconds")
+    if value > spec.maximum:
+        raise DefinitionError(source, key, f"must be at most {spec.maximum:g} seconds")
     return value

@@ -7,11 +7,12 @@ one transaction, and only then act. Instants are UTC epoch seconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from wfsched.errors import CalendarError, CalendarExhausted
-from wfsched.timeutil import format_instant
+from wfsched.errors import CalendarError, CalendarExhausted, EndOfTime, WfschedError
+from wfsched.timeutil import MAX_INSTANT, MIN_INSTANT, format_instant
 
 SCAN_CAP = 100
 """Due instants enumerated one by one per tick; past this, one jump."""
@@ -22,6 +23,34 @@ Why = str  # "due" | "misfire" | "capacity" | "queued"
 class Calendar(Protocol):
     def next_after_epoch(self, t: int) -> int | None: ...
     def prev_before_epoch(self, t: int) -> int | None: ...
+
+
+EDGE_OF_TIME = 100 * 366 * 86400
+"""How near year 1 or 9999 a query must be for a date overflow to mean the
+end of time: croniter searches up to 50 years ahead, plus zone offsets."""
+
+
+def ask(query: Callable[[int], int | None], t: int) -> int | None:
+    """`query(t)` (a calendar's next_after_epoch or prev_before_epoch), where
+    running off the representable years 1-9999 is EndOfTime (exhaustion).
+
+    There croniter and datetime raise OverflowError or ValueError ("year
+    10000 is out of range") instead of answering: the calendar has ended,
+    like a cron that never fires again. The same errors anywhere else are a
+    defect and stay errors (the supervisor blocks the schedule, visibly).
+    """
+    try:
+        return query(t)
+    except (OverflowError, ValueError) as exc:
+        if (
+            isinstance(exc, WfschedError)
+            or MIN_INSTANT + EDGE_OF_TIME < t < MAX_INSTANT - EDGE_OF_TIME
+        ):
+            raise
+        raise EndOfTime(
+            "the calendar reaches the end of representable time"
+            f" ({format_instant(MIN_INSTANT)} to {format_instant(MAX_INSTANT)})"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -92,7 +121,7 @@ class _Guarded:
         if self._exhausted_after is not None and t >= self._exhausted_after:
             return None
         try:
-            answer = self.cal.next_after_epoch(t)
+            answer = ask(self.cal.next_after_epoch, t)
         except CalendarExhausted as exc:
             self.exhaustion, self._exhausted_after = exc, t
             return None
@@ -102,7 +131,7 @@ class _Guarded:
 
     def prev_before_epoch(self, t: int) -> int | None:
         try:
-            answer = self.cal.prev_before_epoch(t)
+            answer = ask(self.cal.prev_before_epoch, t)
         except CalendarExhausted:
             return None
         if answer is not None and answer >= t:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from wfsched.errors import DefinitionError
-from wfsched.inputs import sample_input, validate_bindings
+from wfsched.inputs import sample_input, toml_key, validate_bindings
 from wfsched.model import (
     CronTrigger,
     Definition,
@@ -35,16 +35,37 @@ from wfsched.model import (
     RunSpec,
     Trigger,
 )
-from wfsched.timeutil import format_duration, parse_duration, parse_instant
+from wfsched.timeutil import (
+    MIN_INSTANT,
+    check_instant,
+    format_duration,
+    parse_duration,
+    parse_instant,
+)
 
-ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Every pattern is applied with fullmatch: `$` also matches before a final
+# newline, so `match` with `^...$` would let "nl\n" through as an id.
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED_ENV_PREFIX = "WFSCHED_"
 SHELL = ("/bin/sh", "-c")
 
+MAX_ENV_VARS = 256
+MAX_ENV_BYTES = 64 * 1024
+"""`run.env` as the `NAME=value` strings exec receives (UTF-8): frozen into
+every run and passed to every exec, so it is bounded like the input document."""
+MAX_ARGV_BYTES = 64 * 1024
+"""`run.command` and `notify.on_failure`, all strings together (UTF-8), well
+under the kernel's 128 KiB limit for one argument."""
+MAX_DESCRIPTION_BYTES = 4096
+MAX_PATH_BYTES = 4095
+"""PATH_MAX (4096) less the terminating NUL: a longer `cwd` cannot be entered."""
+BOM = "\ufeff"
+
 _RFC3339 = re.compile(
-    r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
+_NAIVE = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?", re.ASCII)
 
 _TOP_KEYS = ("id", "description", "trigger", "run", "policy", "notify", "input")
 _TRIGGER_KEYS = ("cron", "timezone", "at")
@@ -57,7 +78,12 @@ _DURATION_KEYS = {"run": ("timeout", "kill_grace"), "policy": ("lateness",)}
 
 
 def parse_definition(text: str, source: str, *, now: int | None = None) -> Definition:
-    """Parse TOML text; syntax errors keep tomllib's line and column."""
+    """Parse TOML text; syntax errors keep tomllib's line and column.
+
+    A leading byte-order mark is dropped: Windows editors write one, it is
+    not part of the TOML, and tomllib would report it as an invalid statement.
+    """
+    text = text.removeprefix(BOM)
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -101,6 +127,12 @@ def definition_from_document(
     description = top.get("description")
     if description is not None and not isinstance(description, str):
         raise DefinitionError(source, "description", "must be a string")
+    if description is not None and _utf8_len(description) > MAX_DESCRIPTION_BYTES:
+        raise DefinitionError(
+            source,
+            "description",
+            f"{_utf8_len(description):,} bytes; at most {MAX_DESCRIPTION_BYTES:,} (UTF-8)",
+        )
     if "trigger" not in top:
         raise DefinitionError(source, "trigger", "required: a [trigger] table with `cron` or `at`")
     if "run" not in top:
@@ -111,7 +143,7 @@ def definition_from_document(
     notify = _table(top.get("notify", {}), source, "notify", _NOTIFY_KEYS)
     on_failure = None
     if notify.get("on_failure") is not None:
-        on_failure = _argv(notify["on_failure"], source, "notify.on_failure")
+        on_failure = validate_argv(notify["on_failure"], source, "notify.on_failure")
     bindings = validate_bindings(top.get("input", []), source)
     sample_input(bindings, schedule_id, source=source)
     return Definition(
@@ -165,7 +197,7 @@ def canonical_json(defn: Definition) -> str:
 def _schedule_id(value: object, source: str) -> str:
     if value is None:
         raise DefinitionError(source, "id", 'required, e.g. id = "hourly-report"')
-    if not isinstance(value, str) or not ID_PATTERN.match(value):
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise DefinitionError(
             source,
             "id",
@@ -226,7 +258,8 @@ def _one_shot(value: object, source: str) -> OneShotTrigger:
                 source, path, f"a local date-time has no UTC offset; add one, {example}"
             )
         written = value.isoformat()
-        return OneShotTrigger(at=int(value.replace(microsecond=0).timestamp()), written=written)
+        at = int(value.replace(microsecond=0).timestamp())
+        return OneShotTrigger(at=_representable(at, written, source), written=written)
     if isinstance(value, date | time):
         raise DefinitionError(
             source,
@@ -238,9 +271,9 @@ def _one_shot(value: object, source: str) -> OneShotTrigger:
         raise DefinitionError(
             source, path, f"must be an offset date-time or RFC 3339 string, {example}"
         )
-    match = _RFC3339.match(value.strip())
+    match = _RFC3339.fullmatch(value.strip())
     if match is None:
-        naive = re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?$", value.strip())
+        naive = _NAIVE.fullmatch(value.strip())
         why = "has no UTC offset" if naive else "is not an RFC 3339 date-time"
         raise DefinitionError(source, path, f"{value!r} {why}; write it with an offset, {example}")
     day, clock, offset = match.groups()
@@ -250,7 +283,20 @@ def _one_shot(value: object, source: str) -> OneShotTrigger:
         at = parse_instant(f"{day}T{clock}{offset.upper()}")
     except ValueError as exc:
         raise DefinitionError(source, path, f"{exc}; {example}") from None
-    return OneShotTrigger(at=at, written=value)
+    return OneShotTrigger(at=_representable(at, value, source), written=value)
+
+
+def _representable(at: int, written: str, source: str) -> int:
+    """`at` in years 1-9999 in UTC, and not the very first second of year 1:
+    a one-shot is due while the watermark is one second before it, and that
+    second must exist too."""
+    try:
+        check_instant(at, repr(written))
+        if at == MIN_INSTANT:
+            raise ValueError(f"{written!r} is the first representable second; write a later one")
+    except ValueError as exc:
+        raise DefinitionError(source, "trigger.at", str(exc)) from None
+    return at
 
 
 def _run(table: Mapping[str, Any], source: str) -> RunSpec:
@@ -262,21 +308,24 @@ def _run(table: Mapping[str, Any], source: str) -> RunSpec:
         )
     written = table["command"]
     if isinstance(written, str):
-        if not written.strip() or "\0" in written:
+        if not written.strip():
             raise DefinitionError(
                 source, "run.command", "must be a non-blank shell command string or an argv list"
             )
+        _check_text(written, source, "run.command", MAX_ARGV_BYTES)
         command: tuple[str, ...] = (*SHELL, written)
         command_written: str | tuple[str, ...] = written
     else:
-        command = command_written = _argv(written, source, "run.command")
+        command = command_written = validate_argv(written, source, "run.command")
     cwd = table.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd):
+    if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
         # Relative to what? The supervisor's directory, the file's, the
         # store's... An absolute path leaves no room for that surprise.
         raise DefinitionError(
             source, "run.cwd", f'{cwd!r} must be an absolute path such as "/srv/reports"'
         )
+    if cwd is not None:
+        _check_text(cwd, source, "run.cwd", MAX_PATH_BYTES)
     timeout = _duration(table, "timeout", None, source, "run")
     if timeout == 0:
         raise DefinitionError(source, "run.timeout", "must be positive (omit it for no timeout)")
@@ -305,10 +354,14 @@ def _env(value: object, source: str) -> tuple[tuple[str, str], ...]:
         raise DefinitionError(
             source, "run.env", 'must be a table of strings, e.g. { LANG = "C.UTF-8" }'
         )
+    if len(value) > MAX_ENV_VARS:
+        raise DefinitionError(
+            source, "run.env", f"{len(value):,} variables; at most {MAX_ENV_VARS} are allowed"
+        )
     pairs = []
     for name, text in value.items():
-        path = f"run.env.{name}"
-        if not isinstance(name, str) or not ENV_NAME.match(name):
+        path = f"run.env.{toml_key(name)}"
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
             raise DefinitionError(
                 source,
                 path,
@@ -318,11 +371,19 @@ def _env(value: object, source: str) -> tuple[tuple[str, str], ...]:
             raise DefinitionError(
                 source, path, f"names starting with {RESERVED_ENV_PREFIX} are reserved for wfsched"
             )
-        if not isinstance(text, str) or "\0" in text:
+        if not isinstance(text, str):
             raise DefinitionError(
                 source, path, f"must be a string (quote it: {json.dumps(str(text))})"
             )
+        _check_text(text, source, path, MAX_ENV_BYTES)
         pairs.append((name, text))
+    size = sum(_utf8_len(name) + 1 + _utf8_len(text) for name, text in pairs)
+    if size > MAX_ENV_BYTES:
+        raise DefinitionError(
+            source,
+            "run.env",
+            f"{size:,} bytes as NAME=value strings; at most {MAX_ENV_BYTES:,} (64 KiB)",
+        )
     # Sorted: the order of environment variables means nothing, so it must
     # not make two equal definitions compare different.
     return tuple(sorted(pairs))
@@ -363,7 +424,10 @@ def _policy(table: Mapping[str, Any], source: str) -> Policy:
     )
 
 
-def _argv(value: object, source: str, path: str) -> tuple[str, ...]:
+def validate_argv(value: object, source: str, path: str) -> tuple[str, ...]:
+    """A non-empty list of non-empty strings that exec can take: no NUL (exec
+    would refuse it at launch, long after validation said yes) and at most
+    MAX_ARGV_BYTES in all."""
     if not isinstance(value, list) or not value:
         raise DefinitionError(
             source,
@@ -371,9 +435,30 @@ def _argv(value: object, source: str, path: str) -> tuple[str, ...]:
             'must be a non-empty argv list of strings, e.g. ["mail", "ops@example.com"]',
         )
     for index, item in enumerate(value):
-        if not isinstance(item, str) or not item or "\0" in item:
+        if not isinstance(item, str) or not item:
             raise DefinitionError(source, f"{path}[{index}]", "must be a non-empty string")
+        _check_text(item, source, f"{path}[{index}]", MAX_ARGV_BYTES)
+    size = sum(_utf8_len(item) + 1 for item in value)
+    if size > MAX_ARGV_BYTES:
+        raise DefinitionError(
+            source, path, f"{size:,} bytes in all; at most {MAX_ARGV_BYTES:,} (64 KiB)"
+        )
     return tuple(value)
+
+
+def _check_text(text: str, source: str, path: str, limit: int) -> None:
+    """No NUL (the C strings of exec and chdir end at one) and at most `limit` bytes."""
+    if "\0" in text:
+        raise DefinitionError(
+            source, path, "contains a NUL character (\\0), which the operating system cannot pass"
+        )
+    if _utf8_len(text) > limit:
+        raise DefinitionError(source, path, f"{_utf8_len(text):,} bytes; at most {limit:,} (UTF-8)")
+
+
+def _utf8_len(text: str) -> int:
+    # surrogatepass: TOML cannot hold a lone surrogate, but the store's JSON can.
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _duration(

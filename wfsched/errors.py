@@ -78,3 +78,11 @@ class CalendarExhausted(WfschedError):
     """
 
     exit_code = 1
+
+
+class EndOfTime(CalendarExhausted):
+    """The calendar ran off the years 1-9999, the instants wfsched represents.
+
+    Near year 9999 croniter overflows instead of answering; that is the end
+    of the calendar like any other, and a query there is told so plainly.
+    """

@@ -48,8 +48,9 @@ SAMPLE_INSTANT = 1_798_761_600
 """2027-01-01T00:00:00Z. Any instant does: the RFC 3339 text and the
 occurrence id have the same length for every instant."""
 
-_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+# Applied with fullmatch: `$` would also match before a final newline.
+_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def validate_bindings(raw: object, source: str) -> tuple[Binding, ...]:
@@ -203,7 +204,7 @@ def _expression(
     if not isinstance(body, Mapping):
         raise DefinitionError(source, where, "must be a table of expression tables")
     members = {
-        key: _expression(item, source, f"{where}.{_key(key)}", depth=depth + 1, counter=counter)
+        key: _expression(item, source, f"{where}.{toml_key(key)}", depth=depth + 1, counter=counter)
         for key, item in body.items()
     }
     return {"object": members}
@@ -243,7 +244,7 @@ def _strict_json(value: object, source: str, path: str, depth: int) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise DefinitionError(source, path, f"key {key!r} is not a string")
-            out[key] = _strict_json(item, source, f"{path}.{_key(key)}", depth + 1)
+            out[key] = _strict_json(item, source, f"{path}.{toml_key(key)}", depth + 1)
         return out
     if value is None:
         raise DefinitionError(source, path, "null is not accepted (TOML has no null); omit it")
@@ -256,7 +257,7 @@ def _target_segments(target: object, source: str, path: str) -> tuple[str, ...]:
     if not isinstance(target, str):
         raise DefinitionError(source, path, 'must be a string, a dotted path such as "report.time"')
     parts = tuple(target.split("."))
-    bad = [p for p in parts if not _SEGMENT.match(p)]
+    bad = [p for p in parts if not _SEGMENT.fullmatch(p)]
     if bad:
         raise DefinitionError(
             source,
@@ -297,11 +298,13 @@ def _reject_unknown(
     for key in table:
         if key not in allowed:
             raise DefinitionError(
-                source, f"{path}.{_key(key)}", f"unknown key; valid keys here: {', '.join(allowed)}"
+                source,
+                f"{path}.{toml_key(key)}",
+                f"unknown key; valid keys here: {', '.join(allowed)}",
             )
 
 
-def _key(key: object) -> str:
+def toml_key(key: object) -> str:
     """Spell a key the way TOML would, so the path can be searched for."""
     text = str(key)
-    return text if _BARE_KEY.match(text) else json.dumps(text, ensure_ascii=False)
+    return text if _BARE_KEY.fullmatch(text) else json.dumps(text, ensure_ascii=False)

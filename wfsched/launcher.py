@@ -71,6 +71,9 @@ _SERVER_READY_WAIT = 60.0  # seconds start() waits for a new server (a loaded ho
 _SERVER_IGNORES = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGTERM})
 _KILLED_GROUP_WAIT = 5.0  # seconds a shim waits for a SIGKILLed group to vanish
 _GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
+# poll() takes a C int of milliseconds (about 24.8 days): a longer timeout or
+# kill_grace (definitions allow up to 3650d) is waited out in day-long polls.
+_LONGEST_POLL = 86400.0
 _REHEARSALS = 50  # see _rehearse
 _SHIM_BROKEN = 70  # EX_SOFTWARE: the shim itself failed (see stderr.log)
 _PR_SET_NAME = 15
@@ -962,7 +965,7 @@ def _supervise_command(
             if give_up_at is not None and now >= give_up_at:
                 break  # SIGKILL was sent; a process stuck in the kernel is not ours to wait for
         deadlines = [d for d in (timeout_at, kill_at, give_up_at) if d is not None and d > now]
-        wait = min(deadlines) - now if deadlines else None
+        wait = min(min(deadlines) - now, _LONGEST_POLL) if deadlines else None
         if outcome is not None and (status is not None or not subreaper):
             # Only the leader's exit is an event; the rest of the group is polled.
             wait = _GROUP_POLL if wait is None else min(wait, _GROUP_POLL)

@@ -15,6 +15,18 @@ from datetime import UTC, datetime
 Clock = Callable[[], float]
 """A wall clock returning epoch seconds; injected wherever time is judged."""
 
+MIN_INSTANT = int(datetime(1, 1, 1, tzinfo=UTC).timestamp())
+MAX_INSTANT = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp())
+"""The instants a `datetime` can hold in UTC (years 1-9999). Beyond them the
+calendar, the display and the occurrence ids overflow, so no instant from
+outside enters the system."""
+
+MAX_DURATION = 3650 * 86400
+"""The longest duration anywhere (definitions, config.toml, flags): 3650d,
+about ten years. Longer only means "never", and every deadline computed from
+a duration (a clock plus a timeout, now minus a retention) must stay inside
+what the clocks and the date arithmetic can represent."""
+
 
 def wall_clock() -> float:
     """The one production seam for reading the wall clock."""
@@ -25,11 +37,18 @@ def to_datetime(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
+def _date_text(moment: datetime, separator: str = "-") -> str:
+    # strftime's %Y does not pad years below 1000 on glibc (`1-01-01`), which
+    # would break the fixed-width RFC 3339 and occurrence-id forms.
+    return f"{moment.year:04d}{separator}{moment.month:02d}{separator}{moment.day:02d}"
+
+
 def format_instant(epoch: int | float | None) -> str | None:
     """Whole-second UTC RFC 3339 (`2026-12-01T09:00:00Z`) for instants."""
     if epoch is None:
         return None
-    return to_datetime(int(epoch)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    moment = to_datetime(int(epoch))
+    return _date_text(moment) + moment.strftime("T%H:%M:%SZ")
 
 
 def format_event(epoch: float | None) -> str | None:
@@ -41,11 +60,12 @@ def format_event(epoch: float | None) -> str | None:
     if epoch is None:
         return None
     moment = to_datetime(epoch)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return _date_text(moment) + moment.strftime("T%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def occurrence_id(schedule_id: str, instant: int) -> str:
-    return f"{schedule_id}@{to_datetime(instant).strftime('%Y%m%dT%H%M%SZ')}"
+    moment = to_datetime(instant)
+    return f"{schedule_id}@{_date_text(moment, '')}{moment.strftime('T%H%M%SZ')}"
 
 
 def parse_instant(text: str) -> int:
@@ -56,10 +76,25 @@ def parse_instant(text: str) -> int:
         raise ValueError(f"not an RFC 3339 date-time: {text!r}") from exc
     if moment.tzinfo is None:
         raise ValueError(f"{text!r} has no UTC offset; add one, e.g. +00:00 or Z")
-    return int(moment.timestamp() // 1)
+    instant = int(moment.timestamp() // 1)
+    check_instant(instant, repr(text))
+    return instant
 
 
-_DURATION = re.compile(r"^([0-9]+)([smhd])$")
+def check_instant(instant: int, written: str) -> None:
+    """ValueError unless `instant` lies in years 1-9999 once converted to UTC.
+
+    A date-time can be valid where it is written and not in UTC:
+    9999-12-31T23:00:00-05:00 is in the year 10000 in UTC.
+    """
+    if not MIN_INSTANT <= instant <= MAX_INSTANT:
+        raise ValueError(
+            f"{written} is outside the instants wfsched can represent: in UTC it must lie"
+            f" from {format_instant(MIN_INSTANT)} to {format_instant(MAX_INSTANT)}"
+        )
+
+
+_DURATION = re.compile(r"([0-9]+)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -67,17 +102,31 @@ def parse_duration(value: object) -> int:
     """Integer seconds or `<n>s|m|h|d`; anything else raises ValueError."""
     if isinstance(value, bool):
         raise ValueError("expected seconds or a duration like '90s', '5m', '2h', '1d'")
+    seconds = None
     if isinstance(value, int):
         if value < 0:
             raise ValueError("must not be negative")
-        return value
-    if isinstance(value, str):
-        match = _DURATION.match(value.strip())
+        seconds = value
+    elif isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip())
         if match:
-            return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    raise ValueError(
-        f"{value!r} is not a duration; use integer seconds or '<n>s', '<n>m', '<n>h', '<n>d'"
-    )
+            # Cap the digits before int(): a 5,000-digit count is just "too long".
+            digits = match.group(1).lstrip("0")[:20] or "0"
+            seconds = int(digits) * _UNIT_SECONDS[match.group(2)]
+    if seconds is None:
+        raise ValueError(
+            f"{value!r} is not a duration; use integer seconds or '<n>s', '<n>m', '<n>h', '<n>d'"
+        )
+    check_duration(seconds, value)
+    return seconds
+
+
+def check_duration(seconds: float, written: object) -> None:
+    """ValueError if `seconds` exceeds MAX_DURATION (3650d, ten years)."""
+    if seconds > MAX_DURATION:
+        raise ValueError(
+            f"{written!r} is too long: at most {MAX_DURATION} seconds (3650d, ten years)"
+        )
 
 
 def format_duration(seconds: int) -> str:

@@ -42,7 +42,8 @@ def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> Non
 
     text = older_than.strip()
     try:
-        seconds = parse_duration(int(text) if text.isdigit() else text)
+        # isascii: "²".isdigit() is true, and int() would refuse it.
+        seconds = parse_duration(int(text) if text.isascii() and text.isdigit() else text)
     except ValueError as exc:
         raise UsageError(f"--older-than: {exc}") from None
     store = state.store(create=False)
