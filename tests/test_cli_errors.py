@@ -67,6 +67,54 @@ BAD_DEFINITIONS = [
         CRON_HEADER + '\n[policy]\noverlap = "parallel"\n',
         ["policy.max_active_runs:", "required"],
     ),
+    # Edges that used to pass validation and then fail (or crash) later.
+    (
+        "timeout-beyond-ten-years",
+        CRON_HEADER + 'timeout = "9999999999d"\n',
+        ["run.timeout:", "too long: at most 315360000 seconds (3650d, ten years)"],
+    ),
+    (
+        "kill-grace-beyond-ten-years",
+        CRON_HEADER + "kill_grace = 315360001\n",
+        ["run.kill_grace:", "too long"],
+    ),
+    (
+        "lateness-beyond-ten-years",
+        CRON_HEADER + '\n[policy]\nlateness = "3651d"\n',
+        ["policy.lateness:", "too long"],
+    ),
+    (
+        "at-in-year-10000-in-utc",
+        'id = "bad"\n[trigger]\nat = 9999-12-31T23:00:00-05:00\n[run]\ncommand = ["/bin/true"]\n',
+        ["trigger.at:", "outside the instants wfsched can represent"],
+    ),
+    (
+        "at-string-in-year-0-in-utc",
+        'id = "bad"\n[trigger]\nat = "0001-01-01T00:30:00+01:00"\n[run]\ncommand = ["/bin/true"]\n',
+        ["trigger.at:", "outside the instants wfsched can represent"],
+    ),
+    (
+        "id-with-newline",
+        CRON_HEADER.replace('id = "bad"', 'id = "nl\\n"'),
+        ["id:", "not a valid id"],
+    ),
+    ("zone-localtime", definition_text("bad", timezone="localtime"), ["trigger.timezone:"]),
+    ("zone-factory", definition_text("bad", timezone="Factory"), ["trigger.timezone:"]),
+    (
+        "huge-env",
+        CRON_HEADER + 'env = { BIG = "' + "x" * 70_000 + '" }\n',
+        ["run.env.BIG:", "70,000 bytes; at most 65,536"],
+    ),
+    (
+        "env-name-with-newline",
+        CRON_HEADER + 'env = { "A\\n" = "x" }\n',
+        ['run.env."A\\n":', "not a valid environment name"],
+    ),
+    (
+        "nul-in-argv",
+        CRON_HEADER.replace('["/bin/true"]', '["/bin/echo", "a\\u0000b"]'),
+        ["run.command[1]:", "NUL character"],
+    ),
 ]
 
 
@@ -143,6 +191,33 @@ def test_unreadable_file_is_named(run_cli: CliRun, tmp_path: Path) -> None:
     code, _, err = run_cli("validate", str(tmp_path / "absent.toml"))
     assert code == 2
     assert_one_line_error(err, f"{tmp_path / 'absent.toml'}: cannot read")
+
+
+@pytest.mark.parametrize("command", ["validate", "create", "apply", "update", "stdin"])
+def test_a_file_starting_with_a_byte_order_mark_is_accepted(
+    run_cli: CliRun, tmp_path: Path, store_path: Path, command: str
+) -> None:
+    """Windows editors start UTF-8 files with a BOM; it is not part of the TOML."""
+    text = definition_text("bom")
+    if command == "update":
+        assert run_cli("create", "-", input=text)[0] == 0
+        text = definition_text("bom", cron="30 * * * *")
+    folder = tmp_path / "bom"
+    folder.mkdir()
+    path = folder / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    args = {
+        "validate": ("validate", str(path)),
+        "create": ("create", str(path)),
+        "apply": ("apply", str(folder)),
+        "update": ("update", str(path), "--expected-revision", "1"),
+        "stdin": ("create", "-"),
+    }[command]
+    code, out, err = run_cli(*args, input="\ufeff" + text if command == "stdin" else None)
+    assert (code, err) == (0, ""), err
+    assert "bom" in out
+    if command != "validate":
+        assert schedule_ids(store_path) == ["bom"]
 
 
 @pytest.mark.parametrize(

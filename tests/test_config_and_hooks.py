@@ -40,6 +40,15 @@ class TestConfig:
             ('drain_grace = "soon"\n', "drain_grace", "not a duration"),
             ("on_failure = []\n", "on_failure", "argv"),
             ('retention = "1m"\n', "retention", "at least"),
+            # Durations end at 3650d; the poll interval at one epoll wait's day.
+            ('retention = "3651d"\n', "retention", "too long"),
+            ('drain_grace = "9999999999d"\n', "drain_grace", "too long"),
+            ("drain_grace = inf\n", "drain_grace", "not a number of seconds"),
+            ("poll_interval = nan\n", "poll_interval", "not a number of seconds"),
+            ("poll_interval = 1e300\n", "poll_interval", "too long"),
+            ('poll_interval = "2d"\n', "poll_interval", "at most 86400 seconds"),
+            ('on_failure = ["mail", "a\\u0000b"]\n', "on_failure[1]", "NUL character"),
+            ('on_failure = ["mail", ""]\n', "on_failure[1]", "non-empty string"),
             ("poll_interval = [\n", "", "cannot read"),
         ],
     )
@@ -57,6 +66,42 @@ class TestConfig:
     def test_bad_flag_is_named(self, tmp_path: Path) -> None:
         with pytest.raises(DefinitionError, match="--max-concurrent-runs"):
             load_config(tmp_path, {"max_concurrent_runs": 0})
+
+    @pytest.mark.parametrize(
+        ("flag", "value", "words"),
+        [
+            ("poll_interval", float("nan"), "--poll-interval: nan is not a number of seconds"),
+            ("poll_interval", 86400.5, "--poll-interval: must be at most 86400 seconds"),
+            ("drain_grace", float("inf"), "--drain-grace: inf is not a number of seconds"),
+            ("drain_grace", 315360000.5, "--drain-grace: 315360000.5 is too long"),
+        ],
+    )
+    def test_flag_durations_are_bounded(
+        self, tmp_path: Path, flag: str, value: float, words: str
+    ) -> None:
+        with pytest.raises(DefinitionError) as caught:
+            load_config(tmp_path, {flag: value})
+        assert str(caught.value).startswith(f"command line: {words}")
+
+    def test_largest_settings_are_accepted(self, tmp_path: Path) -> None:
+        (tmp_path / "config.toml").write_text(
+            '\ufeffpoll_interval = "1d"\ndrain_grace = "3650d"\nretention = 315360000\n'
+        )
+        config = load_config(tmp_path, {})
+        assert (config.poll_interval, config.drain_grace, config.retention) == (
+            86400,
+            315360000,
+            315360000,
+        )
+
+    def test_supervise_refuses_a_nan_poll_interval_with_one_line_and_exit_2(
+        self, tmp_path: Path
+    ) -> None:
+        result = wfsched(tmp_path / "store", "supervise", "--poll-interval", "nan")
+        assert result.returncode == 2
+        assert result.stderr == (
+            "wfsched: error: command line: --poll-interval: nan is not a number of seconds\n"
+        )
 
     def test_supervise_refuses_bad_config_with_one_line_and_exit_2(self, tmp_path: Path) -> None:
         store = tmp_path / "store"

@@ -233,6 +233,33 @@ def test_cancel_terminates_the_group(launcher: Launcher, tmp_path: Path) -> None
     assert not cancel_shim(handle)
 
 
+def test_the_longest_timeout_and_grace_are_watched_not_a_shim_crash(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """poll() takes a C int of milliseconds (about 24.8 days); definitions allow
+    3650d. A shim that died of the overflow would leave its job unwatched."""
+    longest = 3650 * 86400
+    job = f"trap 'exit 7' TERM; echo started > started; {WAIT_FOR_GO}"
+    finishing = make_spec(tmp_path, ("sh", "-c", job), timeout=longest, kill_grace=longest)
+    handle = launcher.spawn(finishing)
+    wait_for(lambda: (tmp_path / "started").exists(), what="the job to start")
+    (tmp_path / "go").touch()
+    # Only a live shim writes "exited" with the job's status.
+    assert wait_exit(finishing).outcome == "exited"
+    wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+
+    (tmp_path / "go").unlink()
+    (tmp_path / "started").unlink()
+    cancelled = make_spec(
+        tmp_path, ("sh", "-c", job), attempt=2, timeout=longest, kill_grace=longest
+    )
+    handle = launcher.spawn(cancelled)
+    wait_for(lambda: (tmp_path / "started").exists(), what="the job to start")
+    assert cancel_shim(handle)
+    record = wait_exit(cancelled)
+    assert (record.outcome, record.reason) == ("cancelled", "cancelled; process group terminated")
+
+
 def test_normal_exit_leaves_background_children_alone(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(tmp_path, ("sh", "-c", f"({WAIT_FOR_GO}) & echo $! > child"))
     launcher.spawn(spec)

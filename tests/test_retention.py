@@ -378,6 +378,10 @@ def test_cli_prune_dry_run_then_prune(
         ["prune", "--older-than", "-5"],
         ["prune", "--older-than", ""],
         ["prune"],
+        # Beyond 3650d the cutoff falls before year 1 and could not be shown.
+        ["prune", "--older-than", "9999999999d"],
+        ["prune", "--older-than", "99999999999999999999"],
+        ["prune", "--older-than", "\u00b2"],  # "²".isdigit() is true
     ],
 )
 def test_cli_bad_duration_is_a_usage_error(
