@@ -40,7 +40,7 @@ from wfsched.timeutil import (
     check_instant,
     format_duration,
     parse_duration,
-    parse_instant,
+    parse_unchecked_instant,
 )
 
 # Every pattern is applied with fullmatch: `$` also matches before a final
@@ -280,7 +280,7 @@ def _one_shot(value: object, source: str) -> OneShotTrigger:
     try:
         # Fractions are dropped before parsing: the instant keeps whole
         # seconds (truncated), and fromisoformat is picky about digit counts.
-        at = parse_instant(f"{day}T{clock}{offset.upper()}")
+        at = parse_unchecked_instant(f"{day}T{clock}{offset.upper()}")
     except ValueError as exc:
         raise DefinitionError(source, path, f"{exc}; {example}") from None
     return OneShotTrigger(at=_representable(at, value, source), written=value)

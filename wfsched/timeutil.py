@@ -69,16 +69,23 @@ def occurrence_id(schedule_id: str, instant: int) -> str:
 
 
 def parse_instant(text: str) -> int:
-    """Parse an RFC 3339 string that carries an offset; naive text is refused."""
+    """Parse an RFC 3339 string that carries an offset; naive text is refused,
+    and so is an instant outside years 1-9999 in UTC."""
+    instant = parse_unchecked_instant(text)
+    check_instant(instant, repr(text))
+    return instant
+
+
+def parse_unchecked_instant(text: str) -> int:
+    """`parse_instant` without the range check, for callers that check it
+    themselves with their own words."""
     try:
         moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
     except ValueError as exc:
         raise ValueError(f"not an RFC 3339 date-time: {text!r}") from exc
     if moment.tzinfo is None:
         raise ValueError(f"{text!r} has no UTC offset; add one, e.g. +00:00 or Z")
-    instant = int(moment.timestamp() // 1)
-    check_instant(instant, repr(text))
-    return instant
+    return int(moment.timestamp() // 1)
 
 
 def check_instant(instant: int, written: str) -> None:
