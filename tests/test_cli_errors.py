@@ -239,6 +239,19 @@ def test_usage_errors_are_one_line_exit_2(
     assert_one_line_error(err, needle, "--help")
 
 
+@pytest.mark.parametrize(
+    "run", ["run-\u00b2", "\u0664\u0662", "99999999999999999999999", "run-9223372036854775808"]
+)
+def test_a_run_id_that_names_no_run_is_not_found(
+    run_cli: CliRun, make_definition: Callable[..., Path], run: str
+) -> None:
+    """Not a traceback: "²".isdigit() is true, and a huge number overflows SQLite."""
+    assert run_cli("create", str(make_definition("x")))[0] == 0
+    code, out, err = run_cli("runs", "show", run)
+    assert code == 3 and out == ""
+    assert_one_line_error(err, f"no run {run!r}")
+
+
 def test_no_arguments_shows_help(run_cli: CliRun) -> None:
     code, _, err = run_cli()
     assert code == 2 and "Usage: wfsched" in err and "Commands:" in err

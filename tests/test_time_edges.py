@@ -16,6 +16,7 @@ from conftest import CliRun
 from fakes import Clock, FakeControl
 
 from wfsched.admin import Admin
+from wfsched.audit import audit
 from wfsched.calendar import CronCalendar, OneShotCalendar, normalize_cron
 from wfsched.decisions import ScheduleView, ask, decide, span_between
 from wfsched.definition import parse_definition
@@ -134,6 +135,9 @@ def test_supervisor_admits_the_last_minute_then_the_schedule_is_exhausted(tmp_pa
     assert rows["completed"]["scheduled_at"] == "9999-12-31T23:59:00Z"
     assert "end of representable time" in rows["exhausted"]["reason"]
     assert not [event for event, _ in events if event == "blocked"]
+    # The audit walks the same calendar to the same end and finds the ledger whole.
+    report = audit(store)
+    assert report["ok"] is True, report
     store.close()
 
 

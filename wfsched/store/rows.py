@@ -105,9 +105,19 @@ def run_id(seq: int) -> str:
     return f"run-{seq:06d}"
 
 
+MAX_RUN_SEQ = 2**63 - 1
+"""The largest SQLite INTEGER: a larger number cannot name a run."""
+
+
 def parse_run_id(text: str) -> int | None:
-    """`run-000042` (or `42`) -> 42; anything else -> None."""
+    """`run-000042` (or `42`) -> 42; anything else -> None.
+
+    ASCII digits only: `"²".isdigit()` is true and int() refuses it, and
+    Unicode digits such as `٤٢` must not name run 42 either.
+    """
     digits = text[4:] if text.startswith("run-") else text
-    if digits.isdigit() and int(digits) > 0:
-        return int(digits)
+    if digits.isascii() and digits.isdigit() and len(digits) <= 19:
+        seq = int(digits)
+        if 0 < seq <= MAX_RUN_SEQ:
+            return seq
     return None
