@@ -2,10 +2,13 @@
 
 croniter owns every piece of calendar arithmetic, DST included; this module
 only (1) refuses the inputs croniter would read differently from Unix cron,
-(2) converts between UTC instants and the schedule's zone at the edges, and
-(3) refuses answers that do not advance. Local datetimes never leave a
-function: the two 01:30s of a fall fold compare and hash equal as local
-values, so everything returned is UTC.
+(2) converts between UTC instants and the schedule's zone at the edges,
+(3) refuses answers that do not advance, and (4) completes fall folds:
+croniter 7.0.0 drops one of the two instants of a repeated wall time in some
+shapes of the fields, so an answer whose wall time is ambiguous brings its
+other instant along (the zone database's `fold` names it; no arithmetic of
+ours). Local datetimes never leave a function: the two 01:30s of a fall fold
+compare and hash equal as local values, so everything returned is UTC.
 
 `reference/calendar-probe.md` records what croniter 7.0.0 does, value by value;
 `tests/test_calendar.py` pins those values so an upgrade is noticed.
@@ -17,6 +20,7 @@ import functools
 import re
 import threading
 import zoneinfo
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
+_MINUTE = timedelta(minutes=1)
 
 # --------------------------------------------------------------------- zones
 
@@ -226,6 +231,31 @@ def _to_epoch(moment: datetime) -> int:
     return (moment - _EPOCH) // _SECOND
 
 
+def _twin(local: datetime) -> datetime | None:
+    """The other UTC instant of `local`'s wall time, if that wall time is ambiguous.
+
+    The zone database says so through PEP 495's `fold`: an existing wall time
+    whose offset changes with `fold` occurs twice. Two utcoffset() lookups
+    when it does not, so asking on every query costs next to nothing.
+    """
+    other = local.replace(fold=1 - local.fold)
+    if other.utcoffset() == local.utcoffset():
+        return None
+    return other.astimezone(UTC)
+
+
+def _instants(local: datetime, keep: Callable[[datetime], bool]) -> list[datetime]:
+    """`local` and its fold twin as UTC instants, those `keep` accepts."""
+    twin = _twin(local)
+    both = [local.astimezone(UTC)] if twin is None else [local.astimezone(UTC), twin]
+    return [u for u in both if keep(u)]
+
+
+def _ceil_minute(moment: datetime) -> datetime:
+    floor = moment.replace(second=0, microsecond=0)
+    return floor if floor == moment else floor + _MINUTE
+
+
 class CronCalendar:
     """Occurrences of a normalized five-field expression in an IANA zone.
 
@@ -258,37 +288,100 @@ class CronCalendar:
             hours == ["*"] or local.hour in hours
         )
 
-    def _ask(self, t: datetime, forward: bool) -> datetime:
-        local = _query_instant(t).astimezone(self.zone)
+    def _raw(self, local: datetime, forward: bool) -> datetime:
+        """croniter's own answer (aware, in the zone) for the query `local`.
+
+        Checked to advance, so nothing built on it can loop or go backwards.
+        """
         try:
             with self._lock:
                 if forward:
-                    answer = self._iter.get_next(datetime, start_time=local)
+                    answer: datetime = self._iter.get_next(datetime, start_time=local)
                 else:
                     answer = self._iter.get_prev(datetime, start_time=local)
         except CroniterBadDateError as exc:
             way = "after" if forward else "before"
             raise CalendarExhausted(
                 f"{self.expression!r} ({self.zone_name}) has no instant {way} "
-                f"{t.astimezone(UTC).isoformat()}"
+                f"{local.astimezone(UTC).isoformat()}"
             ) from exc
-        result = answer.astimezone(UTC)
-        advanced = result > t if forward else result < t
-        if not advanced or result.microsecond:
+        moment = answer.astimezone(UTC) if answer.utcoffset() is not None else None
+        if (
+            moment is None
+            or answer.microsecond
+            or not (moment > local if forward else moment < local)
+        ):
             raise CalendarError(
-                f"calendar regression: croniter answered {result.isoformat()} for "
+                f"calendar regression: croniter answered {answer.isoformat()} for "
                 f"{'next after' if forward else 'previous before'} "
-                f"{t.astimezone(UTC).isoformat()} ({self.expression!r}, {self.zone_name})"
+                f"{local.astimezone(UTC).isoformat()} ({self.expression!r}, {self.zone_name})"
             )
-        return result
+        return answer
+
+    @staticmethod
+    def _in_pass(local: datetime, near: datetime, shift: timedelta, second: bool) -> bool:
+        """Whether `local` is in the first (or `second`) pass of the fold that
+        `near` is in; `shift` is that fold's length (a pass never spans more)."""
+        return (
+            _twin(local) is not None
+            and local.fold == int(second)
+            and abs(local.astimezone(UTC) - near) < shift
+        )
 
     def next_after(self, t: datetime) -> datetime:
-        """The first occurrence strictly after `t`, in UTC."""
-        return self._ask(t, forward=True)
+        """The first occurrence strictly after `t`, in UTC (fold repeats completed)."""
+        t = _query_instant(t).astimezone(UTC)
+        local = t.astimezone(self.zone)
+        # croniter may name either instant of an ambiguous wall time: the
+        # earlier one after `t` comes first.
+        best = min(_instants(self._raw(local, forward=True), lambda u: u > t))
+        twin = _twin(local)
+        if twin is None or local.fold == 1:
+            return best
+        # `t` is in the first pass of a fold. What follows it in the first pass
+        # comes first; after that, the second pass repeats the matching wall
+        # times up to `t`'s own, which croniter may skip (it answers past the
+        # fold when no matching wall time follows `t`'s in the first pass).
+        # They are found from the second pass backwards, where croniter is exact.
+        shift = twin - t
+        if self._in_pass(best.astimezone(self.zone), t, shift, second=False):
+            return best
+        cursor = twin.replace(second=0, microsecond=0) + _MINUTE
+        while True:
+            try:
+                before = self._raw(cursor.astimezone(self.zone), forward=False)
+            except CalendarExhausted:
+                return best
+            if not self._in_pass(before, twin, shift, second=True):
+                return best
+            cursor = before.astimezone(UTC)
+            best = min(best, cursor)
 
     def prev_before(self, t: datetime) -> datetime:
-        """The last occurrence strictly before `t`, in UTC."""
-        return self._ask(t, forward=False)
+        """The last occurrence strictly before `t`, in UTC (fold repeats completed)."""
+        t = _query_instant(t).astimezone(UTC)
+        local = t.astimezone(self.zone)
+        best = max(_instants(self._raw(local, forward=False), lambda u: u < t))
+        twin = _twin(local)
+        if twin is None or local.fold == 0:
+            return best
+        # The mirror image: `t` is in the second pass of a fold. What precedes
+        # it in the second pass comes first; before that, the first pass holds
+        # the matching wall times from `t`'s own on, which croniter may skip.
+        # They are found from the first pass forwards, where croniter is exact.
+        shift = t - twin
+        if self._in_pass(best.astimezone(self.zone), t, shift, second=True):
+            return best
+        cursor = _ceil_minute(twin) - _MINUTE
+        while True:
+            try:
+                after = self._raw(cursor.astimezone(self.zone), forward=True)
+            except CalendarExhausted:
+                return best
+            if not self._in_pass(after, twin, shift, second=False):
+                return best
+            cursor = after.astimezone(UTC)
+            best = max(best, cursor)
 
     def next_after_epoch(self, t: int) -> int:
         return _to_epoch(self.next_after(_from_epoch(t)))
