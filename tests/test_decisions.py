@@ -846,8 +846,8 @@ def summaries_of(rows: list[Entry]) -> list[Entry]:
     ],
 )
 def test_backward_blind_spot_never_blocks_moves_back_or_loses_instants(blind_lo: int) -> None:
-    # croniter's backward search can miss fold instants that forward
-    # iteration finds (tests/test_calendar.py pins real cases): forward is
+    # A calendar whose backward search misses instants that forward
+    # iteration finds (croniter alone did in fall folds): forward is
     # authoritative, so the tick neither blocks nor jumps backwards, and the
     # instants backward search cannot see are still decided, once.
     cal = minutely(blind=(blind_lo, T0 + 500 * MIN))
@@ -945,12 +945,14 @@ def _forward(cal: CronCalendar, after: int, through: int) -> list[int]:
 
 @pytest.mark.parametrize("back", [100, 101, 102, 103])
 def test_cron_fold_miss_in_a_catch_up_jump(back: int) -> None:
-    # `30 1 1-7 11 *` New York: prev_before(2026-11-01T06:00Z) answers
-    # 2025-11-07T06:30Z, missing 2026-11-01T05:30Z that forward finds. With
-    # about 100 instants due, the jump meets that miss head on.
+    # `30 1 1-7 11 *` New York: croniter alone answers 2025-11-07T06:30Z for
+    # the instant before 2026-11-01T06:00Z, missing 05:30Z that forward finds
+    # (tests/test_calendar.py pins it); the adapter answers 05:30Z. With about
+    # 100 instants due, the jump meets that fold head on.
     cal = cron("30 1 1-7 11 *", "America/New_York")
     now = 1_793_512_800  # 2026-11-01T06:00:00Z
     latest = now - 30 * MIN
+    assert cal.prev_before_epoch(now) == latest
     due = _forward(cal, now - 20 * YEAR, now)
     assert due[-1] == latest and len(due) > back
     sim = Sim(cal, due[-back - 1], misfire="latest")

@@ -17,13 +17,16 @@ the code, so they cannot drift silently.
   `systemd-analyze verify` where that tool exists;
 - names the code defines (config keys, audit checks, fault points, bench
   scripts, occurrence states) appear where an operator would look for them,
-  and relative links point at files and anchors that exist.
+  and relative links point at files and anchors that exist;
+- the DST examples of docs/semantics.md (the table and the `wfsched next`
+  output shown) are what `wfsched next --after` prints.
 """
 
 from __future__ import annotations
 
 import configparser
 import glob
+import json
 import os
 import re
 import shlex
@@ -490,3 +493,81 @@ def test_relative_links_resolve() -> None:
             elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
                 broken.append(f"{path.name}: {target} (no such anchor)")
     assert not broken, broken
+
+
+# ------------------------------------------------------------ DST examples
+
+_DST_ROW = re.compile(r"\| `([^`]+)` \| `([^`]+)` \| `([^`]+)` \| (.+) \|$")
+_DST_ITEM = re.compile(r"`(\S+Z)` = (\d\d:\d\d [+-]\d\d:\d\d)(?: `(dst-[a-z-]+)`)?")
+
+
+def _dst_section() -> str:
+    text = (DOCS / "semantics.md").read_text(encoding="utf-8")
+    return text[text.index("## DST") : text.index("## The history")]
+
+
+def _dst_rows() -> list[tuple[str, str, str, list[tuple[str, str, str | None]]]]:
+    rows = []
+    for line in _dst_section().splitlines():
+        match = _DST_ROW.fullmatch(line)
+        if match is None:
+            continue
+        expr, zone, after, cell = match.groups()
+        items = []
+        for part in cell.split("; "):
+            item = _DST_ITEM.fullmatch(part)
+            assert item is not None, f"docs/semantics.md: cannot read {part!r} in {line!r}"
+            items.append((item.group(1), item.group(2), item.group(3)))
+        rows.append((expr, zone, after, items))
+    return rows
+
+
+DST_ROWS = _dst_rows()
+
+
+def test_dst_examples_cover_both_rules() -> None:
+    notes = {note for *_, items in DST_ROWS for _, _, note in items}
+    assert len(DST_ROWS) >= 10 and notes == {None, "dst-gap-shifted", "dst-fold-repeat"}
+
+
+@pytest.mark.parametrize(
+    ("expr", "zone", "after", "items"), DST_ROWS, ids=[f"{r[0]} {r[1]}" for r in DST_ROWS]
+)
+def test_dst_example_is_what_next_shows(
+    expr: str,
+    zone: str,
+    after: str,
+    items: list[tuple[str, str, str | None]],
+    run_cli: CliRun,
+) -> None:
+    text = (
+        f'id = "dst"\n[trigger]\ncron = "{expr}"\ntimezone = "{zone}"\n[run]\ncommand = ["true"]\n'
+    )
+    code, _, err = run_cli("create", "-", input=text)
+    assert code == 0, err
+    code, out, err = run_cli("next", "dst", "--after", after, "--count", str(len(items)), "--json")
+    assert code == 0, err
+    shown = [
+        (item["scheduled_at"], " ".join(item["local"].split()[1:3]), item["note"])
+        for item in json.loads(out)["items"]
+    ]
+    assert shown == items, f"docs/semantics.md: `{expr}` in {zone} after {after}"
+
+
+def test_dst_console_example_output_is_true(
+    run_cli: CliRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    section = _dst_section()
+    (block,) = [
+        b
+        for b in _parse_blocks(DOCS / "semantics.md")
+        if b.lang == "console" and b.text.strip() in section
+    ]
+    command, *expected = block.text.splitlines()
+    monkeypatch.chdir(ROOT)
+    code, _, err = run_cli("apply", "examples")
+    assert code == 0, err
+    code, out, err = run_cli(*shlex.split(command)[2:])
+    assert code == 0, err
+    printed = [line.rstrip() for line in out.splitlines() if not set(line.strip()) <= {"─"}]
+    assert printed == [line.rstrip() for line in expected]

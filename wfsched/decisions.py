@@ -147,7 +147,7 @@ def _guarded(cal: Calendar) -> _Guarded:
 
 def _scan(cal: _Guarded, after: int, through: int) -> tuple[list[int], bool]:
     """The instants in (after, through], with at most SCAN_CAP + 1 calls
-    (SCAN_CAP + 2 when croniter's backward search misses a fold instant).
+    (SCAN_CAP + 2 when backward search misses what forward iteration found).
 
     Up to SCAN_CAP are enumerated one by one. If more remain, one
     `prev_before` finds the latest, which is appended, and `jumped` is True:
@@ -170,9 +170,10 @@ def _scan(cal: _Guarded, after: int, through: int) -> tuple[list[int], bool]:
         # Whatever backward search may have missed after the cursor is
         # found by forward iteration next tick: nothing is lost.
         return instants, False
-    # croniter's backward search can miss a fold instant and answer older than
-    # what forward iteration already found (tests/test_calendar.py pins it).
-    # Forward is authoritative: the jump never moves backwards.
+    # Backward search answered older than what forward iteration already
+    # found (croniter alone does so in some fall folds; the adapter completes
+    # them, and this guard stays for any calendar that does not). Forward is
+    # authoritative: the jump never moves backwards.
     beyond = cal.next_after_epoch(cursor)
     if beyond is None or beyond > through:
         return instants, False
