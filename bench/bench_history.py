@@ -203,7 +203,7 @@ class TickBench:
         if handle.pid not in self.control.alive_pids:
             return
         self.control.finish(spec.run_id)
-        record = Path(spec.attempt_dir) / "exit.json"
+        record = Path(spec.record_dir) / "exit.json"
         document = json.loads(record.read_text())
         document.update(started_at=self.clock() + 0.1, finished_at=self.clock() + 1)
         record.write_text(json.dumps(document))

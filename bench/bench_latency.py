@@ -105,7 +105,7 @@ def main() -> int:
         for run_id, run in sorted(runs.items()):
             stamp = stamps.get(run_id)
             attempt = db.get_attempt(run.seq, 1)
-            record = read_exit_record(str(store / "runs" / run_id / "attempt-1"))
+            record = read_exit_record(str(store / "records" / run_id / "attempt-1"))
             rows.append((run, stamp, attempt, record))
         db.close()
 

@@ -170,6 +170,7 @@ def _wait_exit(attempt_dir: str, deadline: float) -> None:
 
 
 def _spec(root: Path, name: str, stdin: str) -> LaunchSpec:
+    directory = _attempt_dir(root, name)  # logs and records side by side here
     return LaunchSpec(
         run_id=name,
         attempt=1,
@@ -177,7 +178,8 @@ def _spec(root: Path, name: str, stdin: str) -> LaunchSpec:
         cwd=None,
         env={"PATH": os.environ.get("PATH", os.defpath)},
         stdin_path=stdin,
-        attempt_dir=_attempt_dir(root, name),
+        attempt_dir=directory,
+        record_dir=directory,
         timeout=60,
         kill_grace=1,
     )

@@ -378,8 +378,14 @@ class NullControl:
     def cancel(self, handle: ShimHandle) -> bool:
         return False
 
-    def read_exit(self, attempt_dir: str) -> ExitRecord | None:
-        return read_exit_record(attempt_dir)
+    def read_exit(self, record_dir: str) -> ExitRecord | None:
+        return read_exit_record(record_dir)
 
-    def read_shim(self, attempt_dir: str) -> ShimHandle | None:
-        return read_shim_record(attempt_dir)
+    def read_shim(self, record_dir: str) -> ShimHandle | None:
+        return read_shim_record(record_dir)
+
+    def launch_locked(self, record_dir: str) -> bool:
+        return False
+
+    def signal_session(self, sid: int, signum: int) -> bool:
+        return False

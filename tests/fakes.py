@@ -36,6 +36,9 @@ class FakeControl:
     spawned: list[tuple[LaunchSpec, ShimHandle]] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     alive_pids: set[int] = field(default_factory=set)
+    sessions: set[int] = field(default_factory=set)
+    """Shims (by pid) whose session still has processes (a command left behind)."""
+    session_signals: list[tuple[int, int]] = field(default_factory=list)
     _exited: list[int] = field(default_factory=list)
     _pids: itertools.count[int] = field(default_factory=lambda: itertools.count(40000))
     clock: Clock | None = None
@@ -73,11 +76,21 @@ class FakeControl:
         self.cancelled.append(handle.pid)
         return handle.pid in self.alive_pids
 
-    def read_exit(self, attempt_dir: str) -> ExitRecord | None:
-        return launcher.read_exit_record(attempt_dir)
+    def read_exit(self, record_dir: str) -> ExitRecord | None:
+        return launcher.read_exit_record(record_dir)
 
-    def read_shim(self, attempt_dir: str) -> ShimHandle | None:
-        return launcher.read_shim_record(attempt_dir)
+    def read_shim(self, record_dir: str) -> ShimHandle | None:
+        return launcher.read_shim_record(record_dir)
+
+    def launch_locked(self, record_dir: str) -> bool:
+        return any(
+            spec.record_dir == record_dir and handle.pid in self.alive_pids
+            for spec, handle in self.spawned
+        )
+
+    def signal_session(self, sid: int, signum: int) -> bool:
+        self.session_signals.append((sid, signum))
+        return sid in self.sessions
 
     # -- test controls -----------------------------------------------------------
 
@@ -103,7 +116,7 @@ class FakeControl:
         """End the run's shim as the real one does: exit record, then exit."""
         spec, handle = self.spec(run_id, attempt)
         write_exit_record(
-            Path(spec.attempt_dir),
+            Path(spec.record_dir),
             record_attempt if record_attempt is not None else spec.attempt,
             outcome,
             exit_code,

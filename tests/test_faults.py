@@ -11,7 +11,10 @@ external-effects disclosure and never retried.
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -288,3 +291,113 @@ def test_a_failed_ingestion_in_the_real_supervisor_records_the_exit_once(
     assert [r["state"] for r in runs(store)] == ["completed"]
     assert ledger.read_text().split() == ["run-000001", "1", "done"]
     assert_store_invariants(store)
+
+
+# -- the launcher killed ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "point",
+    ["launcher-before-fork", "launcher-after-fork", "launcher-after-reply", "launcher-exit-report"],
+)
+def test_launcher_killed_at_each_boundary_runs_the_job_exactly_once(
+    tmp_path: Path, point: str
+) -> None:
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    define_one_shot(store, tmp_path, ledger)
+    daemon = Daemon(store, env={"WFSCHED_FAULT": point})
+    try:
+        daemon.wait_started()
+        wait_for(lambda: [r for r in runs(store) if r["state"] in FINAL], timeout=20, what="end")
+        assert daemon.proc.poll() is None, daemon.text()
+        assert "launcher-lost" in daemon.text()
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    [run] = runs(store)
+    assert run["state"] == "completed", run
+    assert ledger.read_text().splitlines() == ["run-000001 1", "done"]
+    assert_store_invariants(store)
+
+
+def test_launcher_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(
+    tmp_path: Path,
+) -> None:
+    from wfsched.runs import Runs
+    from wfsched.store import Store
+
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    text = (
+        'id = "led"\n[trigger]\ncron = "0 0 1 1 *"\n[run]\n'
+        f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT $$ >> {ledger}; sleep 1"]\n'
+        '[policy]\noverlap = "parallel"\nmax_active_runs = 1000\n'
+    )
+    assert wfsched(store, "create", str(write_definition(tmp_path, "led", text))).returncode == 0
+    daemon = Daemon(store, "--max-concurrent-runs", "8")
+    handle = Store(store)
+    try:
+        daemon.wait_started()
+        requests = Runs(handle)
+        # A trigger every 50 ms while the launcher is SIGKILLed once it is up
+        # (it names itself wfsched-launch), so launches are in flight at the
+        # kills; a replacement may still die while it starts.
+        kills, triggered = 0, 0
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            requests.request_trigger("led")
+            triggered += 1
+            for pid in _children(daemon.proc.pid):
+                if _comm(pid) == "wfsched-launch":
+                    os.kill(pid, signal.SIGKILL)
+                    kills += 1
+            time.sleep(0.05)
+        assert daemon.proc.poll() is None, daemon.text()
+        wait_for(
+            lambda: (
+                len(items := all_runs(store)) == triggered
+                and all(r["state"] in FINAL for r in items)
+            ),
+            timeout=60,
+            what="every run to end",
+        )
+    finally:
+        handle.close()
+        assert daemon.stop() == 0, daemon.text()
+    assert "launcher-lost" in daemon.text()
+    assert kills >= 2
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    started = [(run, attempt) for run, attempt, _pid in lines]
+    assert len(started) == len(set(started)), "an attempt ran twice"
+    assert len(started) == triggered
+    for run in all_runs(store):
+        ran = (run["run_id"], "1") in started
+        # Only launchers were killed, never a shim: every run ran, exactly once.
+        assert run["state"] == "completed" and ran, run
+    assert_store_invariants(store)
+
+
+def all_runs(store: Path) -> list[dict]:
+    return wfsched_json(store, "runs", "--limit", "100")["items"]
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found

@@ -26,12 +26,15 @@ from typing import TypeVar
 import pytest
 
 from wfsched.launcher import (
+    AlreadyLaunched,
     ExitRecord,
     Launcher,
     LauncherError,
     LaunchSpec,
+    RecordError,
     ShimHandle,
     cancel_shim,
+    launch_locked,
     process_start_time,
     read_exit_record,
     read_shim_record,
@@ -107,6 +110,8 @@ def make_spec(
 ) -> LaunchSpec:
     attempt_dir = tmp_path / "runs" / "run-000001" / f"attempt-{attempt}"
     attempt_dir.mkdir(parents=True)
+    record_dir = tmp_path / "records" / "run-000001" / f"attempt-{attempt}"
+    record_dir.mkdir(parents=True)
     stdin_path = tmp_path / f"input-{attempt}.json"
     stdin_path.write_bytes(stdin)
     return LaunchSpec(
@@ -117,13 +122,14 @@ def make_spec(
         env={"PATH": PATH} if env is None else env,
         stdin_path=str(stdin_path),
         attempt_dir=str(attempt_dir),
+        record_dir=str(record_dir),
         timeout=timeout,
         kill_grace=kill_grace,
     )
 
 
 def wait_exit(spec: LaunchSpec, timeout: float = 10.0) -> ExitRecord:
-    return wait_for(lambda: read_exit_record(spec.attempt_dir), timeout, "the exit record")
+    return wait_for(lambda: read_exit_record(spec.record_dir), timeout, "the exit record")
 
 
 def log(spec: LaunchSpec, name: str) -> str:
@@ -147,16 +153,12 @@ def test_exit_zero_writes_records_and_logs(launcher: Launcher, tmp_path: Path) -
         None,
     )
     assert before <= record.started_at <= record.finished_at <= time.time()
-    assert read_shim_record(spec.attempt_dir) == handle
+    assert read_shim_record(spec.record_dir) == handle
     assert log(spec, "stdout.log") == "out\n"
     assert log(spec, "stderr.log") == "err\n"
-    # Renamed into place: no temporary file left behind.
-    assert sorted(os.listdir(spec.attempt_dir)) == [
-        "exit.json",
-        "shim.json",
-        "stderr.log",
-        "stdout.log",
-    ]
+    # Records apart from the job's files; renamed into place: no temporary file.
+    assert sorted(os.listdir(spec.attempt_dir)) == ["stderr.log", "stdout.log"]
+    assert sorted(os.listdir(spec.record_dir)) == ["exit.json", "shim.json"]
 
 
 def test_nonzero_exit(launcher: Launcher, tmp_path: Path) -> None:
@@ -369,8 +371,9 @@ def test_shim_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(tmp_path, ("sh", "-c", WAIT_FOR_GO))
     handle = launcher.spawn(spec)
     assert handle.start_time == process_start_time(handle.pid)
-    assert wait_for(lambda: read_shim_record(spec.attempt_dir), what="shim.json") == handle
+    assert wait_for(lambda: read_shim_record(spec.record_dir), what="shim.json") == handle
     assert shim_alive(handle)
+    assert launch_locked(spec.record_dir)
     # Same pid, another start time: a reused pid is not our shim.
     impostor = ShimHandle(handle.pid, handle.start_time + 1)
     assert not shim_alive(impostor)
@@ -379,6 +382,7 @@ def test_shim_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None:
     (tmp_path / "go").touch()
     assert wait_exit(spec).outcome == "exited"
     wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+    assert not launch_locked(spec.record_dir)
     assert process_start_time(2**22 + 1) is None
     assert not shim_alive(ShimHandle(2**22 + 1, 1))
 
@@ -468,7 +472,7 @@ def test_spawn_errors_and_stop(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         launcher.start()
     missing = dataclasses.replace(spec, attempt_dir=str(tmp_path / "nowhere"))
-    with pytest.raises(LauncherError, match="attempt directory"):
+    with pytest.raises(LauncherError, match="directory does not exist"):
         launcher.spawn(missing)
     handle = launcher.spawn(spec)
     server = launcher.server_pid
@@ -618,7 +622,7 @@ def test_server_finds_the_package_without_site(tmp_path: Path) -> None:
             launcher.spawn(LaunchSpec(
                 run_id="run-000001", attempt=1, argv=("sh", "-c", "echo ran"), cwd=None,
                 env={"PATH": os.environ["PATH"]}, stdin_path=os.devnull,
-                attempt_dir="attempt-1", timeout=None, kill_grace=1,
+                attempt_dir="attempt-1", record_dir="attempt-1", timeout=None, kill_grace=1,
             ))
             deadline = time.monotonic() + 10
             while (record := read_exit_record("attempt-1")) is None:
@@ -659,7 +663,7 @@ DRIVER = textwrap.dedent(
         run_id="run-000001", attempt=1,
         argv=("sh", "-c", "while [ ! -e go ]; do sleep 0.02; done; echo done > done.txt"),
         cwd=work, env={"PATH": os.environ["PATH"]}, stdin_path=os.devnull,
-        attempt_dir=attempt_dir, timeout=None, kill_grace=1,
+        attempt_dir=attempt_dir, record_dir=attempt_dir, timeout=None, kill_grace=1,
     ))
     with open(os.path.join(work, "ready.tmp"), "w") as ready:
         json.dump({"pid": handle.pid, "start_time": handle.start_time,
@@ -716,3 +720,58 @@ def test_shim_outlives_a_killed_owner_and_the_lock_dies_with_it(tmp_path: Path, 
     assert (record.outcome, record.exit_code) == ("exited", 0)
     assert (tmp_path / "done.txt").read_text() == "done\n"
     wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+
+
+# -- the launch lock ------------------------------------------------------------------
+
+
+def test_the_launch_lock_is_held_by_the_shim_alone_and_the_record_precedes_the_command(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    seen = tmp_path / "seen"
+    spec = make_spec(
+        tmp_path, ("sh", "-c", f'cat "$REC/shim.json" > {seen}; echo $$ > pid; {WAIT_FOR_GO}')
+    )
+    spec = dataclasses.replace(spec, env={**spec.env, "REC": spec.record_dir})
+    handle = launcher.spawn(spec)
+    # The command found the started record already written when it began.
+    record = wait_for(lambda: seen.exists() and seen.read_text(), what="the job's copy")
+    assert json.loads(record)["pid"] == handle.pid
+    command = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text()))
+    lock = os.path.join(spec.record_dir, "shim.json")
+    assert launch_locked(spec.record_dir)
+    assert lock in open_paths(handle.pid)
+    assert lock not in open_paths(command)  # close-on-exec: the job never holds it
+    assert lock not in open_paths(launcher.server_pid or 0)  # closed after the fork
+    # Never twice: not while the shim runs, not after it ended.
+    with pytest.raises(AlreadyLaunched, match="is running"):
+        launcher.spawn(spec)
+    (tmp_path / "go").touch()
+    assert wait_exit(spec).outcome == "exited"
+    wait_for(lambda: not launch_locked(spec.record_dir), what="the lock to be released")
+    with pytest.raises(AlreadyLaunched, match="was started"):
+        launcher.spawn(spec)
+
+
+def test_a_timeout_of_centuries_does_not_kill_the_shim(launcher: Launcher, tmp_path: Path) -> None:
+    # A shim that died of it in its first poll() would never write an exit record.
+    spec = make_spec(tmp_path, ("sh", "-c", f"touch up; {WAIT_FOR_GO}"), timeout=10**12)
+    launcher.spawn(spec)
+    wait_for(lambda: (tmp_path / "up").exists(), what="the job to start")
+    (tmp_path / "go").touch()
+    assert wait_exit(spec).outcome == "exited"
+
+
+def test_unreadable_records_are_record_errors_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "exit.json").mkdir()
+    with pytest.raises(RecordError, match=r"exit\.json: not a regular file"):
+        read_exit_record(str(tmp_path))
+    (tmp_path / "shim.json").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(RecordError, match=r"shim\.json: cannot read the record"):
+        read_shim_record(str(tmp_path))
+    with pytest.raises(RecordError, match=r"shim\.json: cannot examine the launch lock"):
+        launch_locked(str(tmp_path))
+    (tmp_path / "shim.json").unlink()
+    (tmp_path / "shim.json").write_bytes(b"")  # a lock no shim has written into
+    assert read_shim_record(str(tmp_path)) is None
+    assert not launch_locked(str(tmp_path))

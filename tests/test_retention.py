@@ -69,7 +69,7 @@ class Builder:
         """The shim ends at `at` (the exit record carries the finish time)."""
         self.control.finish(run, exit_code)
         spec, _ = self.control.spec(run)
-        record = Path(spec.attempt_dir) / "exit.json"
+        record = Path(spec.record_dir) / "exit.json"
         document = json.loads(record.read_text())
         document.update(started_at=at - 5, finished_at=at)
         record.write_text(json.dumps(document))

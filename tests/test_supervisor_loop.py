@@ -361,7 +361,7 @@ class TestRecovery:
         h.define("a", cron="0 * * * *")
         h.tick_at(T0)
         spec, _ = h.control.spec("run-000001")
-        (Path(spec.attempt_dir) / "exit.json").write_text("{not json")
+        (Path(spec.record_dir) / "exit.json").write_text("{not json")
         h.supervisor = h.new_supervisor()
         h.supervisor.recover()
         assert h.runs.show("run-000001")["state"] == "failed"

@@ -1,4 +1,5 @@
-"""Fault injection for the crash tests: kill the supervisor at a named point.
+"""Fault injection for the crash tests: kill the supervisor, or its launcher,
+at a named point.
 
 The supervisor takes a `fault` callable (a no-op in production). The CLI
 builds one from `WFSCHED_FAULT=point[:N]` so a test can run the real daemon
@@ -8,6 +9,9 @@ in a subprocess and have it SIGKILL itself right at a persistence boundary
 `WFSCHED_FAULT=point[:N]:raise` raises `InjectedFault` there instead (the
 N-th time only): a stand-in for a store error (a full disk, a locked
 database) that the supervisor must contain, and retry, without dying.
+
+The `launcher-*` points are reached in the fork server (the first one the
+supervisor starts; its replacements get no fault), in kill mode only.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ POINTS = (
     "before-resume-mark",
     "after-resume-mark",
     "before-notify",
+    # In the fork server: around the fork of a shim, and with a reaped shim's
+    # exit not yet reported to the supervisor.
+    "launcher-before-fork",
+    "launcher-after-fork",
+    "launcher-after-reply",
+    "launcher-exit-report",
 )
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wfsched.launcher import LaunchSpec
+from wfsched.launcher import LaunchSpec, ShimHandle
+from wfsched.rundirs import prepare_record_dir
 
 if TYPE_CHECKING:
     from wfsched.supervisor import ProcessControl
@@ -34,6 +35,8 @@ class RunFacts:
     reason: str
     exit_code: int | None
     run_dir: Path
+    record_dir: Path
+    """Where the hook's shim keeps its records (out of any job's reach)."""
 
 
 class FailureHooks:
@@ -48,7 +51,9 @@ class FailureHooks:
         self.log = log
         self.default_argv = tuple(default_argv) if default_argv else None
         self.private_env = frozenset(private_env)
-        self._in_flight: dict[int, tuple[str, Path]] = {}
+        self._in_flight: dict[int, tuple[str, Path, ShimHandle]] = {}
+        self._polling = False
+        """Set when the launcher that would report their exits was replaced."""
 
     def fire(self, facts: RunFacts, argv: Sequence[str] | None) -> None:
         command = tuple(argv) if argv else self.default_argv
@@ -69,6 +74,7 @@ class FailureHooks:
         )
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            prepare_record_dir(facts.record_dir)
             handle = self.control.spawn(
                 LaunchSpec(
                     run_id=f"{facts.run_id}-notify",
@@ -78,6 +84,7 @@ class FailureHooks:
                     env=env,
                     stdin_path=os.devnull,
                     attempt_dir=str(directory),
+                    record_dir=str(facts.record_dir),
                     timeout=HOOK_TIMEOUT,
                     kill_grace=HOOK_KILL_GRACE,
                 )
@@ -85,17 +92,27 @@ class FailureHooks:
         except OSError as exc:
             self.log("notify-failed", run=facts.run_id, reason=f"could not start: {exc}")
             return
-        self._in_flight[handle.pid] = (facts.run_id, directory)
+        self._in_flight[handle.pid] = (facts.run_id, facts.record_dir, handle)
+
+    def orphaned(self) -> None:
+        """The launcher was replaced: the exits of hooks in flight will never
+        be reported, so `reaped` polls them from now on."""
+        self._polling = bool(self._in_flight)
 
     def reaped(self, pids: Sequence[int]) -> list[int]:
-        """Log the hooks among `pids`; return the pids that were not hooks."""
-        others = []
-        for pid in pids:
-            entry = self._in_flight.pop(pid, None)
-            if entry is None:
-                others.append(pid)
-                continue
-            run, directory = entry
+        """Log the hooks among `pids` (and, after a launcher replacement, the
+        hooks found gone); return the pids that were not hooks."""
+        others = [pid for pid in pids if pid not in self._in_flight]
+        ended = [pid for pid in pids if pid in self._in_flight]
+        if self._polling:
+            ended += [
+                pid
+                for pid, (_, _, handle) in self._in_flight.items()
+                if pid not in ended and not self.control.alive(handle)
+            ]
+            self._polling = bool(self._in_flight.keys() - set(ended))
+        for pid in ended:
+            run, directory, _ = self._in_flight.pop(pid)
             try:
                 record = self.control.read_exit(str(directory))
             except ValueError as exc:

@@ -23,12 +23,24 @@ open itself.
 Why a shim: it is the command's parent, so it sees the exit status even while
 the supervisor is down, enforces the timeout, and writes `exit.json`
 atomically; recovery then ingests that record (`read_exit_record`) or
-re-adopts the live shim (`read_shim_record` + `shim_alive`).
+re-adopts the live shim (`read_shim_record` + `shim_alive`/`launch_locked`).
 
-Files in an attempt directory: `shim.json` (pid + start time, written by the
-shim as soon as the command is started), `stdout.log`, `stderr.log` (the
-command's output; also the shim's own traceback should the shim itself
-break), `exit.json`.
+Records live in a record directory per attempt, in a tree private to the
+store that the command is never told about (not its run directory, state
+directory or cwd), so a job cannot forge or destroy them:
+
+- `shim.json`, the launch lock and started record. The server creates and
+  flock()s it before it forks; the shim inherits that lock (its copy is
+  close-on-exec, and the command gets none) and holds it until it exits;
+  the server closes its own copy after the fork. The shim writes its pid and
+  start time into it before the command starts. So after a lost reply from
+  a dead server: lock held = a shim is alive; lock free + exit record = it
+  finished; lock free + started record = it died, its command may have run;
+  lock free and no record = nothing of the attempt ever ran.
+- `exit.json`, how the attempt ended (tmp + fsync + rename).
+
+The command's `stdout.log` and `stderr.log` are in its attempt directory
+(`LaunchSpec.attempt_dir`), which the job may write.
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ import json
 import os
 import select
 import signal
+import stat as stat_module
 import struct
 import subprocess
 import sys
@@ -53,8 +66,9 @@ from typing import Any, NoReturn
 
 from wfsched.errors import OperationError
 
-SHIM_RECORD = "shim.json"
+SHIM_RECORD = "shim.json"  # also the launch lock, see the module docstring
 EXIT_RECORD = "exit.json"
+_RECORD_MAX = 65536  # a record is a few hundred bytes; more is not one
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 
@@ -76,6 +90,7 @@ _GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
 _LONGEST_POLL = 86400.0
 _REHEARSALS = 50  # see _rehearse
 _SHIM_BROKEN = 70  # EX_SOFTWARE: the shim itself failed (see stderr.log)
+_MAX_WAIT = 3600.0  # the shim's longest single poll: far below poll()'s int overflow
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -87,13 +102,30 @@ class LauncherError(OperationError, OSError):
     """
 
 
+class LauncherLost(LauncherError):
+    """The fork server died while handling a launch: whether it forked the
+    shim is unknown (an ambiguous launch). Never retry blindly: look at the
+    attempt's launch lock and records first (`launch_locked`)."""
+
+
+class AlreadyLaunched(LauncherError):
+    """The server refused the launch: this attempt's shim holds its launch
+    lock, or left a started record. Never "not started": adopt what is there."""
+
+
+class RecordError(ValueError):
+    """A record that cannot be read or is not a valid record (names the file)."""
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """Everything a shim needs; it crosses a pipe as JSON, so plain data only.
 
     `cwd=None` runs the command in the fork server's working directory, i.e.
     the supervisor's at `Launcher.start()`; `env` is passed as is (PATH in it
-    is what finds `argv[0]`); `timeout=None` means no limit.
+    is what finds `argv[0]`); `timeout=None` means no limit. `attempt_dir`
+    gets the command's logs, `record_dir` (out of the job's reach) the
+    shim's records.
     """
 
     run_id: str
@@ -103,6 +135,7 @@ class LaunchSpec:
     env: dict[str, str]
     stdin_path: str
     attempt_dir: str
+    record_dir: str
     timeout: int | None
     kill_grace: int
 
@@ -200,18 +233,82 @@ def cancel_shim(handle: ShimHandle) -> bool:
         os.close(pidfd)
 
 
-def _load_record(path: str) -> dict[str, Any] | None:
+def session_members(sid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes in session `sid`.
+
+    A shim is a session leader (setsid) and its command's process group is in
+    that session, so once the shim is dead this is what is left of its run.
+    The kernel never hands out a pid that is still some session's id, so a
+    dead shim's pid names its own session's leftovers and nothing else.
+    """
+    members = []
     try:
-        with open(path, "rb") as record:
-            raw = record.read()
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read()
+            fields = raw[raw.rindex(b")") + 2 :].split()  # state, ppid, pgrp, session, ...
+            if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+                members.append(int(name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return members
+
+
+def signal_session(sid: int, signum: int) -> bool:
+    """Send `signum` to every process group with a member in session `sid`;
+    False if nothing of the session is left."""
+    members = session_members(sid)
+    groups = set()
+    for pid in members:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    for pgid in groups:
+        _signal_group(pgid, signum)
+    return bool(members)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _load_record(path: str, *, empty_is_absent: bool = False) -> dict[str, Any] | None:
+    """A record's JSON object; None if absent (or, with `empty_is_absent`,
+    empty: an empty started record is a lock no shim has written yet).
+
+    Any failure to read (a directory, a symlink, a FIFO, EACCES, EIO...) is
+    a RecordError naming the file: reading a record must never raise
+    anything its callers do not expect.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read the record ({_why(exc)})") from None
+    try:
+        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            raise RecordError(f"{path}: not a regular file")
+        raw = os.read(fd, _RECORD_MAX + 1)
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read the record ({_why(exc)})") from None
+    finally:
+        os.close(fd)
+    if not raw and empty_is_absent:
+        return None
+    if len(raw) > _RECORD_MAX:
+        raise RecordError(f"{path}: not a valid record (larger than {_RECORD_MAX} bytes)")
     try:
         data = json.loads(raw)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
-        raise ValueError(f"{path}: not a valid record ({exc})") from None
+        raise RecordError(f"{path}: not a valid record ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a valid record (expected a JSON object)")
+        raise RecordError(f"{path}: not a valid record (expected a JSON object)")
     return data
 
 
@@ -220,17 +317,18 @@ def _field(data: dict[str, Any], key: str, types: tuple[type, ...], path: str) -
     # bool is an int subclass; a true/false where a number belongs is corruption.
     if value is _MISSING or isinstance(value, bool) or not isinstance(value, types):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-        raise ValueError(f"{path}: field {key!r} must be {names}, got {value!r}")
+        raise RecordError(f"{path}: field {key!r} must be {names}, got {value!r}")
     return value
 
 
 _MISSING = object()
 
 
-def read_shim_record(attempt_dir: str) -> ShimHandle | None:
-    """The shim's own pid record; lets recovery re-adopt a shim whose pid never reached the db."""
-    path = os.path.join(attempt_dir, SHIM_RECORD)
-    data = _load_record(path)
+def read_shim_record(record_dir: str) -> ShimHandle | None:
+    """The shim's started record (pid + start time); None if no shim wrote one,
+    i.e. the command never started. RecordError if unreadable."""
+    path = os.path.join(record_dir, SHIM_RECORD)
+    data = _load_record(path, empty_is_absent=True)
     if data is None:
         return None
     return ShimHandle(
@@ -238,19 +336,42 @@ def read_shim_record(attempt_dir: str) -> ShimHandle | None:
     )
 
 
-def read_exit_record(attempt_dir: str) -> ExitRecord | None:
-    """The attempt's exit record; None if absent, ValueError if corrupt or partial.
+def launch_locked(record_dir: str) -> bool:
+    """Whether a shim of this attempt is alive: it holds the launch lock
+    (`shim.json`) from its fork until it exits, dead or alive whatever its pid
+    says. RecordError if the lock cannot be examined."""
+    path = os.path.join(record_dir, SHIM_RECORD)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot examine the launch lock ({_why(exc)})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot examine the launch lock ({_why(exc)})") from None
+    finally:
+        os.close(fd)  # also releases our probe's own shared lock
+    return False
+
+
+def read_exit_record(record_dir: str) -> ExitRecord | None:
+    """The attempt's exit record; None if absent, RecordError if unreadable,
+    corrupt or partial.
 
     The shim renames a complete, fsynced file into place, so a partial file
-    means outside interference: the caller blocks the schedule with the message.
+    means outside interference: the caller fails the run closed.
     """
-    path = os.path.join(attempt_dir, EXIT_RECORD)
+    path = os.path.join(record_dir, EXIT_RECORD)
     data = _load_record(path)
     if data is None:
         return None
     outcome = _field(data, "outcome", (str,), path)
     if outcome not in OUTCOMES:
-        raise ValueError(f"{path}: unknown outcome {outcome!r}")
+        raise RecordError(f"{path}: unknown outcome {outcome!r}")
     return ExitRecord(
         attempt=_field(data, "attempt", (int,), path),
         outcome=outcome,
@@ -262,26 +383,24 @@ def read_exit_record(attempt_dir: str) -> ExitRecord | None:
     )
 
 
-def _write_record(attempt_dir: str, name: str, data: dict[str, Any], *, durable: bool) -> None:
-    """tmp + rename so readers never see half a record; `durable` adds the fsyncs
-    that make an exit record survive a power cut once the shim has exited."""
-    path = os.path.join(attempt_dir, name)
+def _write_exit_record(record_dir: str, data: dict[str, Any]) -> None:
+    """tmp + fsync + rename + directory fsync: readers never see half a
+    record, and it survives a power cut once the shim has exited."""
+    path = os.path.join(record_dir, EXIT_RECORD)
     tmp = f"{path}.tmp"
     payload = _to_json(data).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         _write_all(fd, payload)
-        if durable:
-            os.fsync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if durable:
-        dir_fd = os.open(attempt_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    dir_fd = os.open(record_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 # --------------------------------------------------------------------------
@@ -325,7 +444,7 @@ def _send_message(fd: int, payload: dict[str, Any]) -> None:
 # The supervisor's side.
 
 
-def _server_argv(req_r: int, reply_w: int, exit_w: int) -> list[str]:
+def _server_argv(req_r: int, reply_w: int, exit_w: int, fault: str = "") -> list[str]:
     """The fork server's command line: this interpreter, isolated (-I: no PYTHON*
     variables, no user site, no script directory on sys.path) and without site
     (-S: no site-packages, no .pth files, fewer modules and less memory).
@@ -346,10 +465,10 @@ def _server_argv(req_r: int, reply_w: int, exit_w: int) -> list[str]:
     code = (
         "import sys; sys.path.append(sys.argv[1]);"
         " from wfsched.launcher import _server_main;"
-        " _server_main(*map(int, sys.argv[2:5]))"
+        " _server_main(*map(int, sys.argv[2:5]), sys.argv[5])"
     )
     fds = (str(req_r), str(reply_w), str(exit_w))
-    return [sys.executable, *flags, "-c", code, package_parent, *fds]
+    return [sys.executable, *flags, "-c", code, package_parent, *fds, fault]
 
 
 class Launcher:
@@ -383,11 +502,13 @@ class Launcher:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def start(self) -> None:
+    def start(self, fault: str = "") -> None:
         """Start the fork server and wait until it is ready to launch.
 
         One interpreter start (tens of milliseconds). LauncherError if the
         server cannot start; its own traceback, if any, is on our stderr.
+        `fault` is a `wfsched.faults` spec for the crash tests (the server
+        SIGKILLs itself at that point).
         """
         with self._lock:
             if self._server is not None:
@@ -397,7 +518,7 @@ class Launcher:
             exit_r, exit_w = _pipe()
             ours = (req_w, reply_r, exit_r)
             try:
-                server = _start_server(req_r, reply_w, exit_w)
+                server = _start_server(req_r, reply_w, exit_w, fault)
             except BaseException:
                 for fd in ours:
                     os.close(fd)
@@ -424,14 +545,17 @@ class Launcher:
         """Have the server fork a shim for `spec`; returns once the shim exists.
 
         The exit of the shim is reported later through `fileno()` /
-        `drain_exits()`; its outcome is in `exit.json`.
+        `drain_exits()`; its outcome is in `exit.json`. LauncherLost if the
+        server died meanwhile (whether the shim was forked is then unknown);
+        any other LauncherError means no shim was started.
         """
-        if not os.path.isdir(spec.attempt_dir):
-            # Without it the shim could write neither shim.json nor exit.json.
-            raise LauncherError(f"{spec.attempt_dir}: attempt directory does not exist")
+        for directory in (spec.attempt_dir, spec.record_dir):
+            if not os.path.isdir(directory):
+                raise LauncherError(f"{directory}: directory does not exist")
         request = dict(vars(spec))  # not asdict(): that deep-copies, 20-80 us per launch
         # Records are for recovery: store no path relative to some cwd.
         request["attempt_dir"] = os.path.abspath(spec.attempt_dir)
+        request["record_dir"] = os.path.abspath(spec.record_dir)
         request["stdin_path"] = os.path.abspath(spec.stdin_path)
         with self._lock:
             if self._server is None:
@@ -440,10 +564,12 @@ class Launcher:
                 _send_message(self._req_w, request)
                 reply = _read_message(self._reply_r)
             except OSError as exc:  # EPIPE: the server is gone
-                raise LauncherError(f"the fork server is gone ({exc})") from exc
+                raise LauncherLost(f"the fork server is gone ({exc})") from exc
         if reply is None:
-            raise LauncherError("the fork server exited; runs cannot be launched")
+            raise LauncherLost("the fork server exited while launching")
         data = json.loads(reply)
+        if data.get("launched"):
+            raise AlreadyLaunched(f"cannot launch {spec.run_id}: {data['error']}")
         if "error" in data:
             raise LauncherError(f"cannot launch {spec.run_id}: {data['error']}")
         return ShimHandle(pid=data["pid"], start_time=data["start_time"])
@@ -534,12 +660,12 @@ def _pipe() -> tuple[int, int]:
     return ends[0], ends[1]
 
 
-def _start_server(req_r: int, reply_w: int, exit_w: int) -> subprocess.Popen[bytes]:
+def _start_server(req_r: int, reply_w: int, exit_w: int, fault: str) -> subprocess.Popen[bytes]:
     """Popen the server with SIGTERM, SIGINT and SIGHUP blocked: the mask survives
     exec, so a signal meant for the supervisor (Ctrl-C, systemd's stop) stays
     pending until the server has chosen to ignore it, instead of killing it
     while it starts up."""
-    argv = _server_argv(req_r, reply_w, exit_w)
+    argv = _server_argv(req_r, reply_w, exit_w, fault)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SERVER_IGNORES)
     try:
         return subprocess.Popen(
@@ -619,8 +745,8 @@ def _noop_handler(signum: int, frame: FrameType | None) -> None:
 # The fork server: `python -I -S -c ...` started by Launcher.start().
 
 
-def _server_main(req_r: int, reply_w: int, exit_w: int) -> NoReturn:
-    _exit_after(_serve, req_r, reply_w, exit_w)
+def _server_main(req_r: int, reply_w: int, exit_w: int, fault: str = "") -> NoReturn:
+    _exit_after(_serve, req_r, reply_w, exit_w, fault)
 
 
 def _exit_after(work: Callable[..., None], *args: Any) -> NoReturn:
@@ -638,7 +764,18 @@ def _exit_after(work: Callable[..., None], *args: Any) -> NoReturn:
         os._exit(code)
 
 
-def _serve(req_r: int, reply_w: int, exit_w: int) -> None:
+def _serve(req_r: int, reply_w: int, exit_w: int, fault_spec: str) -> None:
+    try:
+        _serve_requests(req_r, reply_w, exit_w, fault_spec)
+    except BrokenPipeError:
+        return  # the supervisor is gone (e.g. stopped while we started): nothing to report
+
+
+def _serve_requests(req_r: int, reply_w: int, exit_w: int, fault_spec: str) -> None:
+    from wfsched.faults import fault_at, no_fault
+
+    fault = fault_at(fault_spec) if fault_spec else no_fault
+    supervisor = os.getppid()
     prctl = _load_prctl()
     _set_comm(prctl, b"wfsched-launch")
     # The server lives exactly as long as its request pipe, so it ignores the
@@ -702,10 +839,16 @@ def _serve(req_r: int, reply_w: int, exit_w: int) -> None:
                 return  # the supervisor closed the pipe or died; shims live on
             if request == _WARM_BYTES:
                 _send_message(reply_w, _warm_fork())
+            elif os.getppid() != supervisor:
+                # Our supervisor died and left this request behind: a new one
+                # may already be recovering this attempt, so never fork it.
+                return
             else:
-                _send_message(reply_w, _fork_shim(request, prctl, ignored))
+                _send_message(reply_w, _fork_shim(request, prctl, ignored, fault))
+                fault("launcher-after-reply")
         _reap_shims(backlog)
         if backlog:
+            fault("launcher-exit-report")
             try:
                 del backlog[: os.write(exit_w, backlog)]
             except BlockingIOError:
@@ -753,8 +896,15 @@ def _reap_shims(backlog: bytearray) -> None:
         backlog += _PID.pack(pid)
 
 
-def _fork_shim(request: bytes, prctl: Any, ignored: frozenset[int]) -> dict[str, Any]:
+def _fork_shim(
+    request: bytes, prctl: Any, ignored: frozenset[int], fault: Callable[[str], None]
+) -> dict[str, Any]:
     """Fork one shim; returns the reply for the supervisor.
+
+    The attempt's launch lock is taken before the fork and handed to the
+    shim (see the module docstring): a lock already held, or a started
+    record already written, means this attempt was launched before, and it
+    is refused rather than started twice.
 
     Forked on demand. A spare shim forked ahead of need (fork and set-up off
     the launch path, the request handed over a pipe) was measured and
@@ -765,12 +915,35 @@ def _fork_shim(request: bytes, prctl: Any, ignored: frozenset[int]) -> dict[str,
         spec = LaunchSpec.from_wire(json.loads(request))
     except (ValueError, TypeError, KeyError) as exc:
         return {"error": f"malformed launch request ({exc})"}
+    lock_path = os.path.join(spec.record_dir, SHIM_RECORD)
+    try:
+        lock_fd = os.open(
+            lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600
+        )
+    except OSError as exc:
+        return {"error": f"cannot create the launch lock {lock_path} ({_why(exc)})"}
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        started = os.fstat(lock_fd).st_size > 0
+    except BlockingIOError:
+        os.close(lock_fd)
+        return {"error": f"attempt {spec.attempt} of {spec.run_id} is running", "launched": True}
+    except OSError as exc:
+        os.close(lock_fd)
+        return {"error": f"cannot take the launch lock {lock_path} ({_why(exc)})"}
+    if started:
+        os.close(lock_fd)
+        return {"error": f"attempt {spec.attempt} of {spec.run_id} was started", "launched": True}
+    fault("launcher-before-fork")
     try:
         pid = os.fork()
     except OSError as exc:
-        return {"error": f"fork failed ({exc.strerror or exc})"}
+        os.close(lock_fd)
+        return {"error": f"fork failed ({_why(exc)})"}
     if pid == 0:  # pragma: no cover - runs in the shim
-        _shim_main(spec, prctl, ignored)
+        _shim_main(spec, prctl, ignored, lock_fd)
+    os.close(lock_fd)  # the shim holds the lock now
+    fault("launcher-after-fork")
     # The child exists (at worst as an unreaped zombie), so this cannot miss.
     return {"pid": pid, "start_time": process_start_time(pid) or 0}
 
@@ -779,8 +952,8 @@ def _fork_shim(request: bytes, prctl: Any, ignored: frozenset[int]) -> dict[str,
 # The shim: one per attempt, a grandchild of the supervisor.
 
 
-def _shim_main(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> NoReturn:
-    _exit_after(_run_shim, spec, prctl, ignored)
+def _shim_main(spec: LaunchSpec, prctl: Any, ignored: frozenset[int], lock_fd: int) -> NoReturn:
+    _exit_after(_run_shim, spec, prctl, ignored, lock_fd)
 
 
 class _Shim:
@@ -796,7 +969,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     _Shim.cancelled = True
 
 
-def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> None:
+def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int], lock_fd: int) -> None:
     gc.disable()  # short-lived: and every collection would copy shared pages
     # Our own wakeup pipe replaces the server's before that is closed. SIGCHLD
     # keeps the server's handler (_noop_handler), which only wakes the poll.
@@ -806,7 +979,9 @@ def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> None:
     _set_comm(prctl, b"wfsched-shim")
     os.dup2(1, 2)  # /dev/null (see _serve) until stderr.log; not the supervisor's stderr
     # The server's pipes, and anything else: the shim opens what it needs itself.
-    _close_fds_except({0, 1, 2, wake_r, wake_w})
+    # The launch lock stays open (close-on-exec: the command never gets it)
+    # until the shim exits: its being held is what says this shim is alive.
+    _close_fds_except({0, 1, 2, wake_r, wake_w, lock_fd})
     # As subreaper the shim inherits the command's orphaned descendants, reaps
     # them, and so can tell when a terminated group is really empty (an init
     # that never reaps would otherwise leave zombies that keep the group "alive").
@@ -820,31 +995,28 @@ def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int]) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a pending cancel lands now
 
     started_at = time.time()
+    try:
+        _write_started_record(spec, lock_fd)
+    except OSError as exc:
+        why = f"cannot write the started record ({_why(exc)}); the command was not started"
+        _finish(spec, "spawn-failed", None, None, why, started_at)
+        return
     if _Shim.cancelled:
-        _write_shim_record(spec)
         _finish(spec, "cancelled", None, None, "cancelled before the command started", started_at)
         return
     try:
         _Shim.command = _start_command(spec)
     except (OSError, ValueError) as exc:
-        _write_shim_record(spec)
         _finish(spec, "spawn-failed", None, None, _spawn_failure(spec, exc), started_at)
         return
-    _write_shim_record(spec)
     _supervise_command(spec, _Shim.command.pid, wake_r, subreaper, started_at)
 
 
-def _write_shim_record(spec: LaunchSpec) -> None:
-    """shim.json, once the command is started (or known not to start): off the
-    command's start-up path, which is what launch latency measures.
-
-    Only recovery reads it, and only for a shim whose pid never reached the
-    database, i.e. after a supervisor crash and restart, which takes far
-    longer than this millisecond; a shim killed before writing it leaves the
-    attempt abandoned either way (no exit record). A failure to write it must
-    not cost the running command its supervision: the reply to spawn() has
-    given the supervisor the same pid and start time.
-    """
+def _write_started_record(spec: LaunchSpec, lock_fd: int) -> None:
+    """pid + start time into the launch lock file, before the command starts:
+    with the lock free afterwards, a record means "the command may have run"
+    and no record "it never did". One write() of a few bytes, no fsync (after
+    a power cut nothing runs any more, and the database has the pid too)."""
     pid = os.getpid()
     record = {
         "pid": pid,
@@ -852,8 +1024,7 @@ def _write_shim_record(spec: LaunchSpec) -> None:
         "run_id": spec.run_id,
         "attempt": spec.attempt,
     }
-    with contextlib.suppress(OSError):
-        _write_record(spec.attempt_dir, SHIM_RECORD, record, durable=False)
+    _write_all(lock_fd, _to_json(record).encode())
 
 
 def _start_command(spec: LaunchSpec) -> subprocess.Popen[bytes]:
@@ -897,6 +1068,8 @@ def _spawn_failure(spec: LaunchSpec, exc: Exception) -> str:
     if not isinstance(exc, OSError):
         return str(exc)
     why = exc.strerror or str(exc)
+    if isinstance(exc.filename, str) and os.path.dirname(exc.filename) == spec.attempt_dir:
+        return f"cannot open {exc.filename!r}: {why}"
     if spec.cwd is not None and exc.filename == spec.cwd:
         return f"cannot change to directory {spec.cwd!r}: {why}"
     return f"cannot execute {spec.argv[0]!r}: {why}"
@@ -969,7 +1142,9 @@ def _supervise_command(
         if outcome is not None and (status is not None or not subreaper):
             # Only the leader's exit is an event; the rest of the group is polled.
             wait = _GROUP_POLL if wait is None else min(wait, _GROUP_POLL)
-        poller.poll(None if wait is None else max(1, int(wait * 1000) + 1))
+        # Clamped: a timeout of years must wait in pieces, never overflow poll().
+        wait = _MAX_WAIT if wait is None else min(wait, _MAX_WAIT)
+        poller.poll(max(1, int(wait * 1000) + 1))
         with contextlib.suppress(BlockingIOError):
             while os.read(wake_r, 4096):
                 pass
@@ -1013,7 +1188,7 @@ def _finish(
         "finished_at": time.time(),
         "run_id": spec.run_id,
     }
-    _write_record(spec.attempt_dir, EXIT_RECORD, record, durable=True)
+    _write_exit_record(spec.record_dir, record)
 
 
 def _signal_name(signum: int) -> str:

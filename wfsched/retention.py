@@ -53,6 +53,7 @@ null), because their merging depends on the deletions it does not make.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -63,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from wfsched.errors import UsageError
+from wfsched.rundirs import records_root
 from wfsched.store import Store, parse_run_id, run_id
 from wfsched.store.retention import PRUNED_STATE, LedgerItem, PrunableRow
 from wfsched.timeutil import format_instant
@@ -315,6 +317,7 @@ class _Pruner:
         """After the commit: the rows are gone, so is the working material."""
         for seq in run_seqs:
             self._remove_dir(self.store.runs_dir / run_id(seq))
+            self._remove_records(run_id(seq))
 
     def _remove_dir(self, path: Path) -> None:
         if self.dry_run:
@@ -330,6 +333,12 @@ class _Pruner:
             self.report.errors.append(f"{path}: {exc.strerror or exc}")
             return
         self.report.run_dirs += 1
+
+    def _remove_records(self, name: str) -> None:
+        """The run's shim records (`records/<run-id>/`), not counted apart."""
+        if not self.dry_run:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(records_root(self.store.root) / name)
 
     def _orphans(self) -> None:
         """Directories left by a crash between a batch's commit and its

@@ -1,16 +1,25 @@
 """Per-run directories: `runs/<run-id>/` with the input, the state dir kept
-across attempts, and one `attempt-N/` per attempt (logs, shim and exit records).
+across attempts, and one `attempt-N/` per attempt (the command's logs); and,
+apart from them, `records/<run-id>/attempt-N/` for the shim's records.
 
 Files are written after the admission commit; the database stays the
-authority, the directory is the run's working material.
+authority, the directory is the run's working material. The job may write
+anything under its run directory (it is told where it is), so nothing the
+supervisor trusts lives there: the shim's records (launch lock, started and
+exit records) are in the store's private `records/` tree (mode 0700), which
+the job is never told about.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
+
+RECORDS_DIR = "records"
 
 
 class RunDir:
@@ -30,7 +39,8 @@ class RunDir:
 
     def prepare(self, input_document: Any) -> None:
         """Create the run directory with its input; idempotent, so a launch
-        retried after recovery rewrites the same content."""
+        retried after recovery rewrites the same content. OSError if a job
+        left something in the way (the caller fails the launch closed)."""
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_json_atomic(self.input_path, input_document)
 
@@ -42,11 +52,42 @@ class RunDir:
         return directory
 
 
+def records_root(store_root: Path) -> Path:
+    return store_root / RECORDS_DIR
+
+
+def record_dir(store_root: Path, run_id: str, name: str) -> Path:
+    """`records/<run-id>/<name>` (`attempt-N` or a hook's `notify-N`)."""
+    return records_root(store_root) / run_id / name
+
+
+def attempt_record_dir(store_root: Path, run_id: str, attempt: int) -> Path:
+    return record_dir(store_root, run_id, f"attempt-{attempt}")
+
+
+def prepare_record_dir(directory: Path) -> Path:
+    """Create a record directory (0700 all the way from `records/`); OSError
+    if the path is not a plain directory (a symlink is refused: records are
+    never written through a link someone else placed)."""
+    root = directory.parent.parent
+    for path in (root, directory.parent, directory):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise NotADirectoryError(20, "not a directory", str(path)) from None
+    return directory
+
+
 def write_json_atomic(path: Path, document: Any) -> None:
     """Complete or absent, never torn (tmp + rename). No fsync: the database
     holds the frozen input as the authority, and an fsync per run would cost
     a burst of a thousand launches whole seconds."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # whatever a job left there (a directory makes this fail)
+    # Never through a symlink a job placed: O_EXCL | O_NOFOLLOW.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with open(fd, "w", encoding="utf-8") as handle:
         json.dump(document, handle, ensure_ascii=False)
     os.replace(tmp, path)

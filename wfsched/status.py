@@ -42,6 +42,9 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
                 "poll_interval",
                 "max_concurrent_runs",
                 TICK_ERRORS_KEY,
+                "launcher_state",
+                "launcher_since",
+                "launcher_error",
             )
         }
         counts = store.run_state_counts()
@@ -77,7 +80,21 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         # Errors the running (or last) supervisor contained, counted per tick
         # phase since it started (wfsched.tickerrors).
         "errors": published(meta[TICK_ERRORS_KEY]),
+        "launcher": _launcher(meta) if running else None,
         "store": str(store.root),
+    }
+
+
+def _launcher(meta: dict[str, str | None]) -> dict[str, Any] | None:
+    """The running supervisor's launcher: `state` "up" or "down", `since`
+    (when it last changed), `last_error` (why it last went down, kept after
+    it is back up; null if it never did)."""
+    if meta["launcher_state"] not in ("up", "down"):
+        return None
+    return {
+        "state": meta["launcher_state"],
+        "since": format_event(_number(meta["launcher_since"])),
+        "last_error": meta["launcher_error"] or None,
     }
 
 
@@ -99,6 +116,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
         "next_due": None,
         "blocked": [],
         "errors": published(None),
+        "launcher": None,
         "store": str(root),
     }
 

@@ -28,11 +28,19 @@ from wfsched.eventlog import EventLog
 from wfsched.faults import FaultHook, no_fault
 from wfsched.hooks import FailureHooks, RunFacts
 from wfsched.inputs import resolve_input
-from wfsched.launcher import ExitRecord, LauncherError, LaunchSpec, ShimHandle
+from wfsched.launcher import (
+    AlreadyLaunched,
+    ExitRecord,
+    LauncherError,
+    LauncherLost,
+    LaunchSpec,
+    RecordError,
+    ShimHandle,
+)
 from wfsched.model import Definition
 from wfsched.ownership import Ownership
 from wfsched.preflight import preflight
-from wfsched.rundirs import RunDir
+from wfsched.rundirs import RunDir, attempt_record_dir, prepare_record_dir, record_dir
 from wfsched.sdnotify import Notifier
 from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, Store, run_id
 from wfsched.tickerrors import META_KEY, TickErrors, describe
@@ -50,6 +58,10 @@ RETENTION_INTERVAL = 60.0
 NOTIFY_TRIES = 5
 """A failure notification whose preparation keeps failing is dropped (and
 logged) after this many ticks, so one broken definition cannot loop."""
+LAUNCHER_BACKOFF_FIRST = 0.1
+LAUNCHER_BACKOFF_MAX = 5.0
+"""Seconds between attempts to start a replacement launcher (doubling)."""
+NEVER_STARTED = "not started: its shim died before starting the command; the command never ran"
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
 
@@ -76,22 +88,30 @@ class ProcessControl(Protocol):
     def drain_exits(self) -> list[int]: ...
     def alive(self, handle: ShimHandle) -> bool: ...
     def cancel(self, handle: ShimHandle) -> bool: ...
-    def read_exit(self, attempt_dir: str) -> ExitRecord | None: ...
-    def read_shim(self, attempt_dir: str) -> ShimHandle | None: ...
+    def read_exit(self, record_dir: str) -> ExitRecord | None: ...
+    def read_shim(self, record_dir: str) -> ShimHandle | None: ...
+    def launch_locked(self, record_dir: str) -> bool: ...
+    def signal_session(self, sid: int, signum: int) -> bool: ...
     def stop(self) -> None: ...
 
 
 class ForkServerControl:
-    """The production ProcessControl: the warm fork server in wfsched.launcher."""
+    """The production ProcessControl: the warm fork server in wfsched.launcher.
 
-    def __init__(self) -> None:
+    `fault` (crash tests only) goes to the first server alone: a replacement
+    that killed itself at the same point would never let a launch through.
+    """
+
+    def __init__(self, fault: str = "") -> None:
         from wfsched import launcher
 
         self._module = launcher
         self._launcher = launcher.Launcher()
+        self._fault = fault
 
     def start(self) -> None:
-        self._launcher.start()
+        fault, self._fault = self._fault, ""
+        self._launcher.start(fault)
 
     def spawn(self, spec: LaunchSpec) -> ShimHandle:
         return self._launcher.spawn(spec)
@@ -111,11 +131,17 @@ class ForkServerControl:
     def cancel(self, handle: ShimHandle) -> bool:
         return self._module.cancel_shim(handle)
 
-    def read_exit(self, attempt_dir: str) -> ExitRecord | None:
-        return self._module.read_exit_record(attempt_dir)
+    def read_exit(self, record_dir: str) -> ExitRecord | None:
+        return self._module.read_exit_record(record_dir)
 
-    def read_shim(self, attempt_dir: str) -> ShimHandle | None:
-        return self._module.read_shim_record(attempt_dir)
+    def read_shim(self, record_dir: str) -> ShimHandle | None:
+        return self._module.read_shim_record(record_dir)
+
+    def launch_locked(self, record_dir: str) -> bool:
+        return self._module.launch_locked(record_dir)
+
+    def signal_session(self, sid: int, signum: int) -> bool:
+        return self._module.signal_session(sid, signum)
 
     def stop(self) -> None:
         self._launcher.stop()
@@ -123,15 +149,42 @@ class ForkServerControl:
 
 @dataclass
 class Watch:
-    """An attempt whose shim we are waiting on."""
+    """An attempt whose shim we are waiting on.
+
+    `handle` is None while the shim's pid is unknown (a launch whose reply
+    was lost: its launch lock says whether it lives). `spec` is set while
+    the attempt, marked in the store, waits for a launcher to be spawned.
+    `ending` is set once the attempt ended without a valid exit record: the
+    run is recorded only when its shim's session is empty (`kill_at`: when
+    SIGKILL follows the SIGTERM).
+    """
 
     run_seq: int
     schedule_id: str
     attempt: int
-    attempt_dir: Path
+    record_dir: Path
     handle: ShimHandle | None
     adopted: bool
     cancel_reason: str | None = None
+    spec: LaunchSpec | None = None
+    ending: tuple[str, str | None] | None = None
+    kill_at: float | None = None
+    killed: bool = False
+    lost_launch: bool = False
+    """Its launch was ambiguous and its launcher is known gone, so no record
+    and a free lock prove the command never started. (At recovery a crashed
+    supervisor's launcher may still be exiting: there it counts as abandoned.)"""
+
+
+@dataclass
+class LauncherHealth:
+    """The launcher episode reported by `status` (`launcher`)."""
+
+    up: bool = True
+    since: float = 0.0
+    error: str | None = None
+    retry_at: float = 0.0  # time.monotonic() of the next start attempt
+    backoff: float = LAUNCHER_BACKOFF_FIRST
 
 
 @dataclass
@@ -166,6 +219,7 @@ class Supervisor:
         self.notifier = notifier or Notifier("")
         self.admin = Admin(store, clock)
         self.hooks = FailureHooks(control, self.log, config.on_failure, _PRIVATE_ENV)
+        self.launcher = LauncherHealth(since=clock())
         self.watches: dict[int, Watch] = {}
         self._pids: dict[int, int] = {}
         self._reaped: set[int] = set()
@@ -202,6 +256,7 @@ class Supervisor:
                 max_concurrent_runs=str(self.config.max_concurrent_runs),
                 **{META_KEY: self.errors.to_meta()},
             )
+            self._store_launcher_health()
 
     def serve(self) -> None:
         """Recover, then tick until asked to stop, then drain."""
@@ -263,6 +318,8 @@ class Supervisor:
             self.wake_now = False
             return 0.0, False
         timeout = self.config.poll_interval
+        if not self.launcher.up:
+            timeout = min(timeout, max(0.0, self.launcher.retry_at - time.monotonic()))
         row = self.store.earliest_due_schedule()
         if row is None or row.next_due is None:
             return timeout, False
@@ -301,7 +358,7 @@ class Supervisor:
         self._phase("ingestion", self.ingest_exits)
         self._phase("requests", self.handle_requests)
         if not self.draining:
-            self._phase("launch", self.launch_admitted)
+            self._phase("launch", self._launch_phase)
             self._phase("admission", self.admit_due, now)
         self._phase("notification", self.notify_failures)
         if not self.draining:
@@ -508,6 +565,9 @@ class Supervisor:
         key = (row.id, row.revision)
         cal = self._calendars.get(key)
         if cal is None:
+            # Only the current revision is ever asked for again: drop the others.
+            for stale in [k for k in self._calendars if k[0] == row.id]:
+                del self._calendars[stale]
             cal = self._calendars[key] = calendar_for(defn.trigger)
         return cal
 
@@ -519,6 +579,13 @@ class Supervisor:
         self.log("blocked", schedule=schedule_id, reason=reason)
 
     # -- launching ------------------------------------------------------------------
+
+    def _launch_phase(self) -> None:
+        """A launcher that could not be replaced is tried again (backoff);
+        attempts marked while none was up are spawned; then admitted runs."""
+        self._revive_launcher()
+        self._spawn_waiting()
+        self.launch_admitted()
 
     def launch_admitted(self) -> None:
         """Admitted runs not yet launched (left by recovery or by a chunked
@@ -557,7 +624,9 @@ class Supervisor:
 
         A resume request is answered inside the mark's transaction: a crash
         before it leaves the request pending (acted on after the restart),
-        never answered "done" for an attempt that was not marked.
+        never answered "done" for an attempt that was not marked. With no
+        launcher up, nothing is marked: admitted runs stay admitted (durable)
+        and launch once a launcher is back; a resume request stays pending.
         """
         if not seqs:
             return
@@ -565,14 +634,24 @@ class Supervisor:
             "runs": ",".join(run_id(seq) for seq in seqs),
             "request": answer.seq if answer else None,
         }
+        if not self.launcher.up:
+            self._unlaunched = True
+            return
         runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
         prepared: list[tuple[RunRow, dict[str, Any], RunDir]] = []
         for run in runs:
             invocation = json.loads(run.invocation)
             rundir = RunDir(self.store.runs_dir, run.run_id)
-            rundir.prepare(invocation["input"])
-            rundir.prepare_attempt(attempt, resume_input)
+            try:
+                rundir.prepare(invocation["input"])
+                rundir.prepare_attempt(attempt, resume_input)
+                prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
+            except OSError as exc:
+                self._unprepared(run, attempt, answer, f"cannot prepare its directories: {exc}")
+                continue
             prepared.append((run, invocation, rundir))
+        if not prepared:
+            return
         self.fault("after-run-dir" if attempt == 1 else "before-resume-mark")
         started = self.clock()
         with self.store.atomic():
@@ -589,21 +668,39 @@ class Supervisor:
         handles: list[tuple[int, ShimHandle]] = []
         for run, invocation, rundir in prepared:
             spec = self._spec(run, invocation, rundir, attempt, resume_input is not None)
-            try:
-                handle = self._spawn(spec)
-            except OSError as exc:
-                self._finish_unlaunched(run, attempt, f"could not start the shim: {exc}")
-                continue
-            attempt_dir = Path(spec.attempt_dir)
-            self._watch(Watch(run.seq, run.schedule_id, attempt, attempt_dir, handle, False))
-            handles.append((run.seq, handle))
-            self.log("started", run=run.run_id, schedule=run.schedule_id, attempt=attempt)
+            watch = Watch(run.seq, run.schedule_id, attempt, Path(spec.record_dir), None, False)
+            handle = self._spawn(run, watch, spec)
+            if handle is not None:
+                handles.append((run.seq, handle))
+        self._store_handles(handles)
+        self.fault("after-spawn")
+
+    def _unprepared(
+        self, run: RunRow, attempt: int, answer: RequestRow | None, reason: str
+    ) -> None:
+        """Something (a job) left files where this launch writes its own: fail
+        closed for this run, never the tick. A first attempt fails (nothing
+        was started); a resume is refused and the run stays interrupted."""
+        if attempt > 1:
+            if answer is not None:
+                self._answer(answer, "refused", reason)
+            return
+        now = self.clock()
+        with self.store.atomic():
+            self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+        self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
+        self._notices.append(Notice(run, attempt, reason, None))
+
+    def _store_handles(self, handles: list[tuple[int, ShimHandle]]) -> None:
+        if not handles:
+            return
         with self.store.atomic():
             for seq, handle in handles:
-                self.store.update_attempt(
-                    seq, attempt, shim_pid=handle.pid, shim_start_time=handle.start_time
-                )
-        self.fault("after-spawn")
+                watch = self.watches.get(seq)
+                if watch is not None:
+                    self.store.update_attempt(
+                        seq, watch.attempt, shim_pid=handle.pid, shim_start_time=handle.start_time
+                    )
 
     def _spec(
         self,
@@ -639,36 +736,135 @@ class Supervisor:
             env=env,
             stdin_path=str(stdin),
             attempt_dir=str(rundir.attempt_dir(attempt)),
+            record_dir=str(attempt_record_dir(self.store.root, run.run_id, attempt)),
             timeout=invocation["timeout"],
             kill_grace=invocation["kill_grace"],
         )
 
-    def _spawn(self, spec: LaunchSpec) -> ShimHandle:
+    def _spawn(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
+        """Start the attempt's shim, or leave it waiting for a launcher.
+
+        A launcher lost during the request is an ambiguous launch: once the
+        old server is gone (nothing more of it can fork), the attempt's
+        launch lock and records say what was started, and that is adopted;
+        only an attempt of which nothing started is spawned again.
+        """
+        self._watch(watch)
+        if not self.launcher.up:
+            watch.spec = spec
+            return None
         try:
-            return self.control.spawn(spec)
-        except LauncherError as exc:
+            handle = self.control.spawn(spec)
+        except LauncherLost as exc:
             self._replace_launcher(exc)
-            return self.control.spawn(spec)
+            return self._settle_lost_launch(run, watch, spec)
+        except AlreadyLaunched:
+            return self._settle_lost_launch(run, watch, spec)
+        except OSError as exc:
+            self._unwatch(run.seq)
+            self._finish_unlaunched(run, watch.attempt, f"could not start the shim: {exc}")
+            return None
+        watch.spec = None
+        self._set_handle(watch, handle)
+        self.log("started", run=run.run_id, schedule=run.schedule_id, attempt=watch.attempt)
+        return handle
+
+    def _settle_lost_launch(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
+        record_dir = str(watch.record_dir)
+        try:
+            locked = self.control.launch_locked(record_dir)
+            handle = self.control.read_shim(record_dir)
+            finished = self.control.read_exit(record_dir) is not None
+        except RecordError:
+            locked, handle, finished = True, None, True  # let ingestion fail it closed
+        if not (locked or handle or finished):
+            # Lock free and no started record: its command never started.
+            self.log("launch-retried", run=run.run_id, reason="the lost launcher started nothing")
+            watch.spec = spec
+            if self.launcher.up:
+                self._unwatch(run.seq)
+                return self._spawn(run, watch, spec)
+            return None
+        watch.adopted = watch.lost_launch = True
+        if handle is not None:
+            self._set_handle(watch, handle)
+        self.log("adopted", run=run.run_id, schedule=run.schedule_id, attempt=watch.attempt)
+        return handle
+
+    def _spawn_waiting(self) -> None:
+        """Attempts marked while no launcher was up: spawn them now."""
+        if not self.launcher.up:
+            return
+        waiting = [watch for watch in self.watches.values() if watch.spec is not None]
+        handles = []
+        for watch in waiting:
+            run = self.store.get_run(watch.run_seq)
+            spec = watch.spec
+            if run is None or spec is None:
+                continue
+            self._unwatch(watch.run_seq)
+            handle = self._spawn(run, watch, spec)
+            if handle is not None:
+                handles.append((run.seq, handle))
+        self._store_handles(handles)
+
+    def _set_handle(self, watch: Watch, handle: ShimHandle) -> None:
+        watch.handle = handle
+        self._pids[handle.pid] = watch.run_seq
 
     def _replace_launcher(self, exc: Exception) -> None:
-        """The fork server died: start a new one (it closes every inherited
-        descriptor, lock and database included) and poll the shims the old
-        one would have reported, as after a restart."""
+        """The fork server died: wait for it to be gone, start a new one (it
+        closes every inherited descriptor, lock and database included) and
+        poll the shims the old one would have reported, as after a restart.
+        A new server that cannot start is retried with backoff (`tick`)."""
         self.log("launcher-lost", reason=str(exc))
         for watch in self.watches.values():
             watch.adopted = True
+        self.hooks.orphaned()
         if self._selector is not None:
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self._selector.unregister(self.control.fileno())
         self.control.stop()
-        self.control.start()
+        self.launcher = LauncherHealth(up=False, since=self.clock(), error=str(exc))
+        self._start_launcher()
+
+    def _revive_launcher(self) -> None:
+        if not self.launcher.up and time.monotonic() >= self.launcher.retry_at:
+            self._start_launcher()
+
+    def _start_launcher(self) -> None:
+        try:
+            self.control.start()
+        except OSError as exc:  # LauncherError, or no pipe/fd to start one with
+            health = self.launcher
+            health.error = str(exc)
+            health.retry_at = time.monotonic() + health.backoff
+            self.log("launcher-down", reason=str(exc), retry_in=round(health.backoff, 3))
+            health.backoff = min(health.backoff * 2, LAUNCHER_BACKOFF_MAX)
+            self._store_launcher_health()
+            return
         if self._selector is not None:
             self._selector.register(self.control.fileno(), selectors.EVENT_READ)
+        down_since = self.launcher.since
+        self.launcher = LauncherHealth(up=True, since=self.clock(), error=self.launcher.error)
+        self.log("launcher-up", down_for=round(self.launcher.since - down_since, 3))
+        self._store_launcher_health()
+        self._unlaunched = True
+        self.wake_now = True
+
+    def _store_launcher_health(self) -> None:
+        health = self.launcher
+        with self.store.atomic():
+            self.store.set_meta(
+                launcher_state="up" if health.up else "down",
+                launcher_since=repr(health.since),
+                launcher_error=health.error or "",
+            )
 
     def _watch(self, watch: Watch) -> None:
         self.watches[watch.run_seq] = watch
         if watch.handle is not None:
-            self._pids[watch.handle.pid] = watch.run_seq
+            self._set_handle(watch, watch.handle)
 
     def _unwatch(self, seq: int) -> None:
         self._reaped.discard(seq)
@@ -692,11 +888,12 @@ class Supervisor:
         """Exit records of shims the fork server reaped, plus a look at every
         adopted shim (not our grandchild, so nobody reports its end). All
         endings found in one tick are recorded in one transaction."""
-        try:
-            drained = self.control.drain_exits()
-        except LauncherError as exc:
-            self._replace_launcher(exc)
-            drained = []
+        drained: list[int] = []
+        if self.launcher.up:
+            try:
+                drained = self.control.drain_exits()
+            except LauncherError as exc:
+                self._replace_launcher(exc)
         # Remembered before anything else can fail: the launcher never
         # reports these pids again. (Hooks' pids are never in _pids.)
         self._reaped.update(self._pids[pid] for pid in drained if pid in self._pids)
@@ -704,19 +901,17 @@ class Supervisor:
         endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
         corrupt: list[tuple[str, str]] = []
         for seq, watch in list(self.watches.items()):
-            if seq not in self._reaped and not watch.adopted:
+            polled = watch.adopted or watch.ending is not None
+            if watch.spec is not None or (seq not in self._reaped and not polled):
                 continue
             self._focus = {"run": run_id(seq), "schedule": watch.schedule_id}
-            try:
-                record = self.control.read_exit(str(watch.attempt_dir))
-            except ValueError as exc:
-                endings.append((watch, None, f"unreadable exit record: {exc}"))
-                corrupt.append((watch.schedule_id, f"{run_id(seq)}: unreadable exit record: {exc}"))
+            ending = self._examine(watch, seq in self._reaped)
+            if ending is None:
                 continue
-            if record is not None:
-                endings.append((watch, record, None))
-            elif seq in self._reaped or not self._alive(watch):
-                endings.append((watch, None, ABANDONED))
+            record, failure, block = ending
+            endings.append((watch, record, failure))
+            if block is not None:
+                corrupt.append((watch.schedule_id, f"{run_id(seq)}: {block}"))
         if not endings:
             return
         self._focus = {"runs": ",".join(run_id(watch.run_seq) for watch, _, _ in endings)}
@@ -728,8 +923,80 @@ class Supervisor:
         for schedule_id, reason in corrupt:
             self.block(schedule_id, reason)
 
+    def _examine(
+        self, watch: Watch, reaped: bool
+    ) -> tuple[ExitRecord | None, str | None, str | None] | None:
+        """How the attempt ended: (exit record, failure reason, block reason),
+        or None while it runs (or while what is left of it is terminated).
+
+        Never raises for a bad record: an unreadable one fails the run closed,
+        naming the record and the error, and blocks its schedule. An attempt
+        that ended without a valid exit record is recorded only once its
+        shim's session is empty (terminated with the run's kill_grace).
+        """
+        if watch.ending is None:
+            try:
+                found = self._look(watch, reaped)
+            except (RecordError, OSError) as exc:
+                reason = f"unreadable records: {exc}"
+                found = (None, reason, reason)
+            if found is None or found[0] is not None:
+                return found
+            _, failure, block = found
+            watch.ending = (failure or ABANDONED, block)
+        failure, block = watch.ending
+        if self._terminated(watch):
+            return None, failure, block
+        return None
+
+    def _look(
+        self, watch: Watch, reaped: bool
+    ) -> tuple[ExitRecord | None, str | None, str | None] | None:
+        record_dir = str(watch.record_dir)
+        record = self.control.read_exit(record_dir)
+        if record is not None:
+            return record, None, None
+        if watch.handle is None:
+            handle = self.control.read_shim(record_dir)
+            if handle is not None:
+                self._set_handle(watch, handle)
+                if watch.cancel_reason is not None:
+                    self.control.cancel(handle)
+        if not reaped and self._alive(watch):
+            return None
+        # Gone: its exit record may have landed between the first read and now.
+        record = self.control.read_exit(record_dir)
+        if record is not None:
+            return record, None, None
+        never = watch.lost_launch and watch.handle is None
+        if never and self.control.read_shim(record_dir) is None:
+            return None, NEVER_STARTED, None
+        return None, ABANDONED, None
+
     def _alive(self, watch: Watch) -> bool:
-        return watch.handle is not None and self.control.alive(watch.handle)
+        if watch.handle is not None and self.control.alive(watch.handle):
+            return True
+        return self.control.launch_locked(str(watch.record_dir))
+
+    def _terminated(self, watch: Watch) -> bool:
+        """Whether nothing of the attempt's session is left; if something is,
+        terminate it as a timeout would (SIGTERM, kill_grace, SIGKILL), and
+        the run keeps its slots meanwhile."""
+        if watch.handle is None:
+            return True  # no shim ever started a command
+        sid = watch.handle.pid
+        now = time.monotonic()
+        if watch.kill_at is None:
+            if not self.control.signal_session(sid, signal.SIGTERM):
+                return True
+            run = self.store.get_run(watch.run_seq)
+            grace = json.loads(run.invocation)["kill_grace"] if run is not None else 0
+            watch.kill_at = now + grace
+            self.log("terminating", run=run_id(watch.run_seq), session=sid, grace=grace)
+            return False
+        if now >= watch.kill_at:
+            watch.killed = True
+        return not self.control.signal_session(sid, signal.SIGKILL if watch.killed else 0)
 
     def _conclude(self, watch: Watch, record: ExitRecord | None, failure: str | None) -> None:
         self._conclude_all([(watch, record, failure)])
@@ -834,6 +1101,7 @@ class Supervisor:
                 reason=reason,
                 exit_code=exit_code,
                 run_dir=RunDir(self.store.runs_dir, run.run_id).path,
+                record_dir=record_dir(self.store.root, run.run_id, f"notify-{attempt}"),
             ),
             argv,
         )
@@ -917,11 +1185,14 @@ class Supervisor:
             self._answer(request, "done", f"{run.run_id} had already finished ({run.state})")
             return
         watch = self.watches.get(run.seq)
-        if run.state == "running" and watch is not None and watch.handle is not None:
+        if run.state == "running" and watch is not None and watch.spec is None:
+            # A shim whose pid is not known yet gets the cancel when it is.
             watch.cancel_reason = "cancelled"
-            self.control.cancel(watch.handle)
+            if watch.handle is not None:
+                self.control.cancel(watch.handle)
             self._answer(request, "done", f"{run.run_id} cancelling")
             return
+        self._unwatch(run.seq)  # a marked attempt still waiting for a launcher
         now = self.clock()
         with self.store.atomic():
             if run.attempt:
@@ -935,7 +1206,11 @@ class Supervisor:
     # -- recovery and drain -----------------------------------------------------------
 
     def recover(self) -> None:
-        """Under the lock, before the first tick; never executes anything."""
+        """Under the lock, before the first tick; never executes anything.
+
+        Nothing found on disk can stop it: a run whose records cannot be
+        examined fails closed and blocks its schedule, and the rest recovers.
+        """
         for run in self.store.unfinished_runs():
             if run.kind == "scheduled" and self.store.occurrence_for_run(run.seq) is None:
                 self.block(run.schedule_id, f"{run.run_id} has no admission record")
@@ -953,31 +1228,30 @@ class Supervisor:
         if attempt is None or attempt.state != "running":
             self.block(run.schedule_id, f"{run.run_id} is running without a running attempt record")
             return
-        attempt_dir = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
         handle = (
             ShimHandle(attempt.shim_pid, attempt.shim_start_time)
             if attempt.shim_pid is not None and attempt.shim_start_time is not None
             else None
         )
-        try:
-            handle = handle or self.control.read_shim(str(attempt_dir))
-        except ValueError:
-            handle = None
-        watch = Watch(run.seq, run.schedule_id, run.attempt, attempt_dir, handle, True)
-        try:
-            record = self.control.read_exit(str(attempt_dir))
-        except ValueError as exc:
-            self._conclude(watch, None, f"unreadable exit record: {exc}")
-            self.block(run.schedule_id, f"{run.run_id}: unreadable exit record: {exc}")
-            return
+        directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
+        if not directory.exists():
+            # Launched by a version that kept records in the attempt directory
+            # (every launch now creates its record directory before marking).
+            directory = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
+        watch = Watch(run.seq, run.schedule_id, run.attempt, directory, handle, True)
+        self._watch(watch)
+        ending = self._examine(watch, False)
+        if ending is None:
+            if watch.ending is None:
+                pid = watch.handle.pid if watch.handle is not None else None
+                self.log("re-adopted", run=run.run_id, pid=pid)
+            return  # alive, or what is left of it is being terminated
+        record, failure, block = ending
+        self._conclude(watch, record, failure)
         if record is not None:
-            self._conclude(watch, record, None)
             self.log("recovered", run=run.run_id, outcome=record.outcome)
-        elif handle is not None and self.control.alive(handle):
-            self._watch(watch)
-            self.log("re-adopted", run=run.run_id, pid=handle.pid)
-        else:
-            self._conclude(watch, None, ABANDONED)
+        if block is not None:
+            self.block(run.schedule_id, f"{run.run_id}: {block}")
 
     def drain(self, selector: selectors.BaseSelector | None = None) -> None:
         """Stop admitting, let executing runs finish within drain_grace, then
@@ -985,6 +1259,10 @@ class Supervisor:
         self.draining = True
         self.notifier.send("STOPPING=1", "STATUS=draining")
         self.log("draining", executing=len(self.watches))
+        waiting = [watch for watch in self.watches.values() if watch.spec is not None]
+        if waiting:
+            reason = "not started: no launcher was up before the supervisor shut down"
+            self._conclude_all([(watch, None, reason) for watch in waiting])
         self._wait_for_watches(self.config.drain_grace, selector)
         if self.watches:
             longest_grace = 0
@@ -1054,12 +1332,44 @@ def run_supervisor(
     log: Callable[..., None] | None = None,
     notifier: Notifier | None = None,
     prepare: Callable[[Store], None] | None = None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> None:
-    """The whole daemon: fork server first (so it inherits neither the lock nor
-    the database), then the lock, recovery, the loop, the drain, and the lock
-    released last."""
+    """The whole daemon: stop signals caught first (a stop that lands while
+    it starts is a clean exit), the fork server (so it inherits neither the
+    lock nor the database), then the lock, recovery, the loop, the drain, and
+    the lock released last. `stopped` tells whether a stop signal arrived
+    before this was called (the CLI catches them even earlier)."""
+    early: list[int] = []
+    previous = {
+        signum: signal.signal(signum, lambda n, _f: early.append(n))
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    }
+    try:
+        _supervise(
+            store_root, config, control, clock, fault, log, notifier, prepare, early, stopped
+        )
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _supervise(
+    store_root: Path,
+    config: SupervisorConfig,
+    control: ProcessControl | None,
+    clock: Clock,
+    fault: FaultHook,
+    log: Callable[..., None] | None,
+    notifier: Notifier | None,
+    prepare: Callable[[Store], None] | None,
+    early: list[int],
+    stopped: Callable[[], bool],
+) -> None:
     control = control or ForkServerControl()
     control.start()
+    if early or stopped():
+        control.stop()
+        return
     ownership = Ownership(store_root / LOCK_NAME)
     try:
         store_root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -1076,15 +1386,12 @@ def run_supervisor(
         supervisor = Supervisor(
             store, config, control, clock=clock, fault=fault, log=log, notifier=notifier
         )
-        previous = {
-            signum: signal.signal(signum, supervisor.request_stop)
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-        }
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, supervisor.request_stop)
+        supervisor.stop_requested = bool(early) or stopped()
         try:
             supervisor.serve()
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
             signal.set_wakeup_fd(-1)
             supervisor.notifier.close()
             store.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from wfsched import __version__
+from wfsched import __version__, early_stop
 from wfsched.cli import CliState, audit, prune, runs, schedules, supervise
 from wfsched.errors import WfschedError
 
@@ -27,6 +27,14 @@ def _error(message: str) -> None:
 
 
 class WfschedGroup(click.Group):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name != "supervise":
+            early_stop.disarm()
+        return name, command, rest
+
     def main(  # type: ignore[override]
         self,
         args: Sequence[str] | None = None,

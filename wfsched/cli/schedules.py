@@ -540,6 +540,13 @@ def status(state: CliState, as_json: bool) -> None:
     output.add_row(grid, "next due", f"{due['schedule_id']} at {due['at']}" if due else None)
     output.add_row(grid, "blocked", len(info["blocked"]))
     output.add_row(grid, "errors", _errors_line(info["errors"]))
+    launcher = info["launcher"]
+    if launcher is not None and launcher["state"] == "down":
+        output.add_row(
+            grid,
+            "launcher",
+            f"DOWN since {launcher['since']}: {launcher['last_error']}; runs wait, retrying",
+        )
     output.show(state.get_console(), grid)
     for blocked in info["blocked"]:
         output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from wfsched import early_stop
 from wfsched.cli import CliState, pass_state
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def supervise(
     from wfsched.config import load_config
     from wfsched.eventlog import EventLog
     from wfsched.faults import fault_at, no_fault
-    from wfsched.supervisor import run_supervisor
+    from wfsched.supervisor import ForkServerControl, run_supervisor
 
     root = state.resolved_store_path()
     config = load_config(
@@ -70,7 +71,16 @@ def supervise(
     prepare = None
     if apply_dir is not None:
         prepare = functools.partial(_apply, apply_dir=apply_dir, state=state, log=log)
-    run_supervisor(root, config, clock=state.clock, fault=fault, log=log, prepare=prepare)
+    run_supervisor(
+        root,
+        config,
+        control=ForkServerControl(fault=spec or ""),
+        clock=state.clock,
+        fault=fault,
+        log=log,
+        prepare=prepare,
+        stopped=early_stop.caught,
+    )
 
 
 def _apply(store: Store, apply_dir: str, state: CliState, log: EventLog) -> None:

@@ -1,0 +1,227 @@
+"""Layer 2: the real supervisor against jobs that attack what it trusts, a
+shim killed under its job, a launcher killed over and over, and a stop that
+lands while the supervisor starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.daemon import Daemon, wait_for, wfsched, wfsched_json, write_definition
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def define(store: Path, tmp_path: Path, name: str, body: str) -> None:
+    path = write_definition(tmp_path / "defs", name, f'id = "{name}"\n{body}')
+    result = wfsched(store, "create", str(path))
+    assert result.returncode == 0, result.stderr
+
+
+def show(store: Path, run: str) -> dict:
+    return wfsched_json(store, "runs", "show", run)
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and parent(int(name)) == pid:
+            found.append(int(name))
+    return found
+
+
+def parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+# What a job may try on the places it knows: its attempt directory (where the
+# records used to be), its run directory, and the next attempt's directory.
+ATTACKS = {
+    "directories": "mkdir -p $A/exit.json $A/shim.json $A/exit.json.tmp",
+    "symlinks": "ln -s /dev/zero $A/exit.json; ln -s $A/shim.json $A/shim.json;"
+    " ln -s /nonexistent $A/exit.json.tmp",
+    "garbage": "printf 'garbage' > $A/exit.json; printf '{\"pid\": 1}' > $A/shim.json",
+    "deletion": "rm -rf $A/*.json $WFSCHED_INPUT",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_a_job_cannot_forge_or_destroy_its_records(
+    store: Path, tmp_path: Path, attack: str
+) -> None:
+    ran = tmp_path / "other-ran"
+    script = (
+        "A=$WFSCHED_RUN_DIR/attempt-$WFSCHED_ATTEMPT; "
+        + ATTACKS[attack]
+        # ...and what the next launch of this run would write.
+        + "; mkdir -p $WFSCHED_RUN_DIR/attempt-2/stdout.log; exit 7"
+    )
+    define(
+        store,
+        tmp_path,
+        "hostile",
+        f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "{_escape(script)}"]\n',
+    )
+    define(
+        store,
+        tmp_path,
+        "other",
+        f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "echo x >> {ran}"]\n',
+    )
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        assert wfsched(store, "trigger", "hostile").returncode == 0
+        wait_for(lambda: show(store, "run-000001")["state"] == "failed", what="the hostile run")
+        run = show(store, "run-000001")
+        assert run["exit_code"] == 7 and run["reason"] == "exited with code 7", run
+        assert wfsched(store, "trigger", "other").returncode == 0
+        wait_for(lambda: ran.exists(), what="the other schedule to run")
+        assert daemon.proc.poll() is None, daemon.text()
+        assert wfsched_json(store, "status")["blocked"] == []
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    # A restart has nothing to trip over either.
+    again = Daemon(store)
+    try:
+        again.wait_started()
+        assert wfsched(store, "trigger", "other").returncode == 0
+        wait_for(lambda: len(ran.read_text().split()) == 2, what="a run after the restart")
+    finally:
+        assert again.stop() == 0, again.text()
+    assert "Traceback" not in daemon.text() + again.text()
+    records = store / "records"
+    assert records.stat().st_mode & 0o777 == 0o700
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def test_killing_only_the_shim_terminates_the_job_before_the_run_is_recorded(
+    store: Path, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "job.pid"
+    # The job ignores SIGTERM (so do its children): only kill_grace's SIGKILL ends it.
+    script = f"trap '' TERM; echo $$ > {pidfile}; while :; do sleep 0.1; done"
+    define(
+        store,
+        tmp_path,
+        "stubborn",
+        '[trigger]\ncron = "0 0 1 1 *"\n[run]\n'
+        f'command = ["sh", "-c", "{script}"]\nkill_grace = "2s"\n[policy]\noverlap = "skip"\n',
+    )
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        assert wfsched(store, "trigger", "stubborn").returncode == 0
+        job = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="job"))
+        shim = parent(job)
+        assert shim is not None
+        os.kill(shim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_for(lambda: "terminating" in daemon.text(), what="the termination to start")
+        # The job outlives its SIGTERM for kill_grace, and the run stays
+        # running while any of it is alive: once it shows failed, the job is gone.
+        while (run := show(store, "run-000001"))["state"] == "running":
+            assert time.monotonic() - killed_at < 20, "the run was never recorded"
+            time.sleep(0.05)
+        assert run["state"] == "failed"
+        assert not alive(job), "recorded while its job still ran"
+        assert time.monotonic() - killed_at >= 1.5  # SIGKILL came only after the grace
+        assert "external effects" in run["reason"]
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+
+
+def catches_sigterm(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            mask = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.parametrize("moment", ["handler-installed", "launcher-forked"])
+def test_a_stop_while_the_supervisor_starts_is_a_clean_exit(store: Path, moment: str) -> None:
+    daemon = Daemon(store)
+    if moment == "handler-installed":
+        # The earliest a Python program can catch it: its entry point, while
+        # the CLI is still being imported.
+        wait_for(lambda: catches_sigterm(daemon.proc.pid), timeout=30, what="a handler")
+    else:
+        # The fork server is being started: the supervisor is at its first work.
+        wait_for(lambda: children(daemon.proc.pid), timeout=30, what="the launcher to be forked")
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.wait_exit() == 0, daemon.text()
+    assert "Traceback" not in daemon.text() and "Error" not in daemon.text()
+
+
+def test_the_supervisor_outlives_launchers_killed_while_they_start(
+    store: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "ran"
+    define(
+        store,
+        tmp_path,
+        "job",
+        f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "echo x >> {out}"]\n',
+    )
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            for pid in children(daemon.proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+        assert daemon.proc.poll() is None, daemon.text()
+        assert "launcher-down" in daemon.text()
+        assert wfsched(store, "trigger", "job").returncode == 0
+        wait_for(lambda: out.exists(), timeout=30, what="a launch once a launcher is up")
+        launcher = wfsched_json(store, "status")["launcher"]
+        assert launcher["state"] == "up"
+        assert launcher["last_error"] and launcher["since"]
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+
+
+def test_status_reports_no_launcher_without_a_supervisor(store: Path, tmp_path: Path) -> None:
+    define(store, tmp_path, "job", '[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["true"]\n')
+    assert wfsched_json(store, "status")["launcher"] is None
+
+
+def test_an_early_stop_caught_for_another_command_is_delivered_when_it_turns_out_so() -> None:
+    from wfsched import early_stop
+
+    received: list[int] = []
+    previous = signal.signal(signal.SIGHUP, lambda n, _f: received.append(n))
+    try:
+        early_stop.arm(["get", "supervise"])  # a schedule named "supervise"
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert early_stop.caught() and received == []
+        early_stop.disarm()  # click resolved `get`: the signal acts as it would have
+        assert received == [signal.SIGHUP] and not early_stop.caught()
+        assert signal.getsignal(signal.SIGTERM) is not early_stop._catch
+    finally:
+        signal.signal(signal.SIGHUP, previous)

@@ -1,0 +1,371 @@
+"""Layer 1: records that cannot be trusted, shims that die leaving their job
+behind, and a launcher that dies mid-launch, with the fake launcher and an
+injected clock.
+
+What must hold: reading a record never stops the supervisor (a bad one fails
+its run closed, naming the record and the error, and blocks its schedule;
+the rest keeps running, and a restart does not trip over it again); files a
+job left where a launch writes its own fail that launch closed, never the
+tick; a run whose shim died is recorded only once its session is empty, and
+keeps its overlap slot until then; a lost launch is settled from the
+attempt's lock and records, never launched twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import FakeControl, write_exit_record
+from tests.test_supervisor_loop import MINUTE, T0, Harness
+from wfsched.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
+from wfsched.status import status
+from wfsched.supervisor import ABANDONED, NEVER_STARTED
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    return Harness(tmp_path / "store")
+
+
+def make_bad(path: Path, kind: str) -> str:
+    """Put something that is not a record at `path`; returns what the
+    reason must mention."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "directory":
+        path.mkdir()
+        return "not a regular file"
+    if kind == "symlink":
+        target = path.parent / "elsewhere.json"
+        target.write_text('{"attempt": 1}')
+        path.symlink_to(target)
+        return "cannot read the record"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "not a regular file"
+    if kind == "huge":
+        path.write_bytes(b" " * 100_000)
+        return "larger than"
+    path.write_bytes(b"\xff\xfe garbage")
+    return "not a valid record"
+
+
+BAD = ["directory", "symlink", "fifo", "huge", "garbage"]
+
+
+def two_schedules(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.define("b")
+    h.tick_at(T0)
+    assert sorted(spec.run_id for spec, _ in h.control.spawned) == ["run-000001", "run-000002"]
+
+
+def run_of(h: Harness, schedule_id: str) -> str:
+    specs = [spec for spec, _ in h.control.spawned]
+    return next(spec.run_id for spec in specs if spec.env["WFSCHED_SCHEDULE_ID"] == schedule_id)
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_an_unreadable_exit_record_fails_its_run_and_the_rest_keeps_running(
+    h: Harness, kind: str
+) -> None:
+    two_schedules(h)
+    spec, _ = h.control.spec(run_of(h, "a"))
+    mention = make_bad(Path(spec.record_dir) / "exit.json", kind)
+    h.control.die(spec.run_id)
+    h.tick_at(T0 + 1)  # must not raise
+    run = h.runs.show(spec.run_id)
+    assert run["state"] == "failed"
+    assert "exit.json" in run["reason"] and mention in run["reason"]
+    assert h.admin.get("a")["state"] == "blocked"
+    # b is unaffected: its run ends normally and its next instant runs.
+    h.control.finish(run_of(h, "b"))
+    h.tick_at(T0 + MINUTE)
+    assert [state for _, state, _ in h.history("b")] == ["completed", "running"]
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_recovery_fails_an_unreadable_record_closed_once_and_starts(h: Harness, kind: str) -> None:
+    two_schedules(h)
+    spec, _ = h.control.spec(run_of(h, "a"))
+    mention = make_bad(Path(spec.record_dir) / "exit.json", kind)
+    h.control.die(spec.run_id)
+    for _ in range(2):  # a restart after a restart: nothing left to trip over
+        h.supervisor = h.new_supervisor()
+        h.supervisor.recover()
+        h.supervisor.tick()
+    run = h.runs.show(spec.run_id)
+    assert run["state"] == "failed" and mention in run["reason"]
+    assert h.admin.get("a")["state"] == "blocked"
+    assert h.runs.show(run_of(h, "b"))["state"] == "running"
+
+
+def test_an_unreadable_started_record_of_a_dead_shim_fails_closed(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    spec, _ = h.control.spec("run-000001")
+    make_bad(Path(spec.record_dir) / "shim.json", "directory")
+    h.control.die("run-000001")
+    # The database has the shim's pid: the record is not even needed.
+    h.tick_at(T0 + 1)
+    assert h.runs.show("run-000001")["state"] == "failed"
+
+
+def test_files_a_job_left_in_the_way_fail_that_launch_not_the_tick(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.define("b", cron="0 * * * *")
+    runs_dir = h.store.runs_dir
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (runs_dir / "run-000001").write_text("a job was here")  # where a's run goes
+    h.tick_at(T0)
+    first = h.runs.show("run-000001")
+    assert first["state"] == "failed" and "cannot prepare its directories" in first["reason"]
+    assert h.runs.show("run-000002")["state"] == "running"
+
+
+def test_a_resume_into_files_a_job_left_is_refused_and_stays_resumable(h: Harness) -> None:
+    h.define_interruptible("a")
+    h.tick_at(T0)
+    spec, _ = h.control.spec("run-000001")
+    run_dir = Path(spec.env["WFSCHED_RUN_DIR"])
+    # The interrupted job left a directory where the input goes and a file
+    # where its next attempt's directory goes.
+    os.unlink(spec.env["WFSCHED_INPUT"])
+    os.mkdir(spec.env["WFSCHED_INPUT"])
+    (run_dir / "attempt-2").write_text("x")
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    h.runs.request_resume("run-000001")
+    h.tick_at(T0 + 2)  # must not raise
+    assert h.runs.show("run-000001")["state"] == "interrupted"
+    assert len(h.control.spawned) == 1
+
+
+def test_a_dead_shim_is_recorded_only_once_its_session_is_gone(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "store")
+    h.define("a", '[policy]\noverlap = "skip"\n', cron="* * * * *")
+    h.tick_at(T0)
+    _, handle = h.control.spec("run-000001")
+    h.control.sessions.add(handle.pid)  # its command is still running
+    h.control.die("run-000001")
+    h.tick_at(T0 + 1)
+    assert h.runs.show("run-000001")["state"] == "running"
+    assert (handle.pid, signal.SIGTERM) in h.control.session_signals
+    # Meanwhile the schedule's next instant finds it still active.
+    h.tick_at(T0 + MINUTE)
+    assert len(h.control.spawned) == 1
+    assert h.history("a")[1][1] == "skipped-overlap"
+    # kill_grace (on the monotonic clock) elapses: SIGKILL.
+    watch = h.supervisor.watches[1]
+    assert watch.kill_at is not None
+    watch.kill_at = 0.0
+    h.tick_at(T0 + MINUTE + 1)
+    assert (handle.pid, signal.SIGKILL) in h.control.session_signals
+    assert h.runs.show("run-000001")["state"] == "running"
+    h.control.sessions.discard(handle.pid)
+    h.tick_at(T0 + MINUTE + 2)
+    run = h.runs.show("run-000001")
+    assert (run["state"], run["reason"]) == ("failed", ABANDONED)
+
+
+def test_recovery_terminates_what_a_dead_shim_left_before_abandoning(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    _, handle = h.control.spec("run-000001")
+    h.control.alive_pids.discard(handle.pid)
+    h.control.sessions.add(handle.pid)
+    h.supervisor = h.new_supervisor()
+    h.supervisor.recover()
+    assert h.runs.show("run-000001")["state"] == "running"
+    assert (handle.pid, signal.SIGTERM) in h.control.session_signals
+    h.control.sessions.discard(handle.pid)
+    h.supervisor.tick()
+    assert h.runs.show("run-000001")["state"] == "failed"
+
+
+# -- a launcher lost mid-launch ---------------------------------------------------------
+
+
+class LosingControl(FakeControl):
+    """Loses the next spawn in a chosen way, as a fork server killed at one of
+    its boundaries would; counts start() calls, and can fail some."""
+
+    lose: str | None = None
+    starts: int = 0
+    failing_starts: int = 0
+    dead: bool = False
+
+    def start(self) -> None:
+        self.starts += 1
+        if self.failing_starts:
+            self.failing_starts -= 1
+            raise LauncherError("the fork server did not start: it exited with status -9")
+        self.dead = False
+
+    def drain_exits(self) -> list[int]:
+        if self.dead:
+            raise LauncherError("the fork server exited unexpectedly")
+        return super().drain_exits()
+
+    def spawn(self, spec: LaunchSpec) -> ShimHandle:
+        mode, self.lose = self.lose, None
+        if mode is None:
+            return super().spawn(spec)
+        self.dead = True
+        if mode == "before-fork":
+            raise LauncherLost("the fork server exited while launching")
+        handle = super().spawn(spec)  # forked: the shim runs and holds the lock
+        (Path(spec.record_dir) / "shim.json").write_text(
+            json.dumps({"pid": handle.pid, "start_time": handle.start_time})
+        )
+        if mode == "shim-died":
+            self.alive_pids.discard(handle.pid)
+        if mode == "shim-finished":
+            self.finish(spec.run_id, report=False)
+        raise LauncherLost("the fork server exited while launching")
+
+
+@pytest.fixture
+def lh(tmp_path: Path) -> Harness:
+    harness = Harness(tmp_path / "store")
+    harness.control = LosingControl(clock=harness.clock)
+    harness.supervisor = harness.new_supervisor()
+    harness.supervisor.tick()
+    return harness
+
+
+def starts(h: Harness) -> list[str]:
+    return [spec.run_id for spec, _ in h.control.spawned]
+
+
+def test_a_launch_lost_before_the_fork_is_launched_once_on_the_new_launcher(lh: Harness) -> None:
+    lh.define("a", cron="0 * * * *")
+    lh.control.lose = "before-fork"  # type: ignore[attr-defined]
+    lh.tick_at(T0)
+    assert starts(lh) == ["run-000001"]  # once, through the replacement
+    assert lh.runs.show("run-000001")["state"] == "running"
+    lh.control.finish("run-000001")
+    lh.tick_at(T0 + 1)
+    assert lh.runs.show("run-000001")["state"] == "completed"
+
+
+def test_a_launch_lost_after_the_fork_adopts_the_shim_and_never_relaunches(lh: Harness) -> None:
+    lh.define("a", cron="0 * * * *")
+    lh.control.lose = "after-fork"  # type: ignore[attr-defined]
+    lh.tick_at(T0)
+    assert starts(lh) == ["run-000001"]
+    assert any(event == "adopted" for event, _ in lh.events)
+    lh.tick_at(T0 + 1)
+    assert lh.runs.show("run-000001")["state"] == "running"
+    lh.control.finish("run-000001", report=False)  # nobody reports an adopted shim
+    lh.tick_at(T0 + 2)
+    assert lh.runs.show("run-000001")["state"] == "completed"
+    assert starts(lh) == ["run-000001"]
+
+
+def test_a_lost_launch_whose_shim_finished_records_its_exit(lh: Harness) -> None:
+    lh.define("a", cron="0 * * * *")
+    lh.control.lose = "shim-finished"  # type: ignore[attr-defined]
+    lh.tick_at(T0)
+    lh.tick_at(T0 + 1)
+    assert lh.runs.show("run-000001")["state"] == "completed"
+    assert starts(lh) == ["run-000001"]
+
+
+def test_a_lost_launch_whose_shim_died_is_abandoned_not_not_started(lh: Harness) -> None:
+    lh.define("a", cron="0 * * * *")
+    lh.control.lose = "shim-died"  # type: ignore[attr-defined]
+    lh.tick_at(T0)
+    lh.tick_at(T0 + 1)
+    run = lh.runs.show("run-000001")
+    assert (run["state"], run["reason"]) == ("failed", ABANDONED)
+    assert starts(lh) == ["run-000001"]
+    assert NEVER_STARTED not in run["reason"]
+
+
+def test_a_launcher_that_cannot_be_replaced_is_retried_and_runs_wait(lh: Harness) -> None:
+    control: LosingControl = lh.control  # type: ignore[assignment]
+    lh.define("a", cron="0 * * * *")
+    lh.define("m", cron="0 0 1 1 *")
+    control.dead = True
+    control.failing_starts = 3
+    lh.tick_at(T0 - 5)  # the loss is noticed; the replacement dies while it starts
+    assert [e for e, _ in lh.events].count("launcher-down") == 1
+    report = status(lh.store, lh.clock)["launcher"]
+    assert report is None  # no supervisor holds the lock in this harness
+    assert lh.store.get_meta("launcher_state") == "down"
+    assert "status -9" in (lh.store.get_meta("launcher_error") or "")
+    lh.tick_at(T0)  # a's instant: admitted (durable), not launched
+    assert lh.runs.show("run-000001")["state"] == "admitted"
+    assert control.spawned == []
+    # Backoff: the next start attempts come later, not in a tight loop.
+    sup = lh.supervisor
+    for _ in range(5):
+        sup.launcher.retry_at = 0.0
+        lh.tick_at(T0 + 1)
+    assert control.starts >= 4
+    assert sup.launcher.up
+    assert lh.store.get_meta("launcher_state") == "up"
+    assert starts(lh) == ["run-000001"]
+    assert lh.runs.show("run-000001")["state"] == "running"
+
+
+def test_hooks_in_flight_are_still_reported_after_a_launcher_replacement(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "store", on_failure=("notify-me",))
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=3)
+    h.tick_at(T0 + 1)
+    hook_spec, hook = h.control.spawned[-1]
+    assert hook_spec.run_id == "run-000001-notify"
+    # The launcher dies: the hook's exit will never be reported by it.
+    h.control.drain_exits = _raise_once(h.control.drain_exits)  # type: ignore[method-assign]
+    h.tick_at(T0 + 2)
+    write_exit_record(Path(hook_spec.record_dir), 1)
+    h.control.alive_pids.discard(hook.pid)
+    h.tick_at(T0 + 3)
+    assert ("notified", {"run": "run-000001"}) in h.events
+    assert not h.supervisor.hooks._in_flight
+
+
+def _raise_once(original):  # type: ignore[no-untyped-def]
+    calls = [0]
+
+    def drain() -> list[int]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise LauncherError("the fork server exited unexpectedly")
+        return original()
+
+    return drain
+
+
+def test_the_calendar_cache_keeps_only_current_revisions(h: Harness) -> None:
+    from wfsched.definition import parse_definition
+
+    h.define("a")
+    h.tick_at(T0)
+    for minute in range(1, 6):
+        text = f'id = "a"\ndescription = "v{minute}"\n[trigger]\ncron = "* * * * *"\n'
+        text += '[run]\ncommand = ["true"]\n[policy]\noverlap = "parallel"\nmax_active_runs = 9\n'
+        h.admin.update(parse_definition(text, "a.toml", now=int(h.clock())), minute)
+        h.tick_at(T0 + minute * MINUTE)
+    assert [key for key in h.supervisor._calendars] == [("a", 6)]
+
+
+def test_a_run_launched_before_the_records_tree_existed_is_still_recovered(h: Harness) -> None:
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    spec, _ = h.control.spec("run-000001")
+    h.control.finish("run-000001", report=False)
+    # As an older version left it: records in the attempt directory only.
+    shutil.rmtree(spec.record_dir)
+    write_exit_record(Path(spec.attempt_dir), 1)
+    h.supervisor = h.new_supervisor()
+    h.supervisor.recover()
+    assert h.runs.show("run-000001")["state"] == "completed"
