@@ -482,6 +482,48 @@ def test_overlap_queue_holds_one_candidate_newer_supersedes_admitted_when_idle()
     assert sim.admitted == [T0 + 2 * HOUR]
 
 
+def test_queue_skip_a_late_newer_instant_supersedes_the_queued_one() -> None:
+    """At most the newest instant ever waits: a late instant under `skip`
+    supersedes the queued candidate and is itself skipped, so nothing older
+    is left to start stale when the run ends."""
+    sim = Sim(minutely(), T0, overlap="queue", lateness=0)
+    assert admitted(sim.tick(T0 + MIN)) == [T0 + MIN]
+    sim.tick(T0 + 2 * MIN, active=1)
+    d = sim.tick(T0 + 3 * MIN, active=1)
+    assert d.candidate == Candidate(T0 + 3 * MIN, "queued")
+    # The supervisor is stopped across 00:04; the run ended meanwhile.
+    d = sim.tick(T0 + 4 * MIN + 5, active=0)
+    assert states(d) == [
+        ("superseded", T0 + 3 * MIN, "superseded"),
+        ("skipped-misfire", T0 + 4 * MIN, "late"),
+    ]
+    assert d.entries[0].reason == "superseded by a newer instant (2026-12-01T00:04:00Z)"
+    assert d.candidate is None and d.admit == []
+    assert admitted(sim.tick(T0 + 5 * MIN)) == [T0 + 5 * MIN]
+
+
+def test_every_newer_instant_supersedes_a_capacity_candidate_first() -> None:
+    # Under skip a capacity wait is superseded by a newer late instant (its
+    # own row comes first), not left to expire after it.
+    sim = Sim(minutely(), T0, lateness=30)
+    sim.tick(T0 + MIN, capacity=0)
+    d = sim.tick(T0 + 2 * MIN + 31, capacity=0)
+    assert states(d) == [
+        ("superseded", T0 + MIN, "superseded"),
+        ("skipped-misfire", T0 + 2 * MIN, "late"),
+    ]
+    assert d.candidate is None
+
+
+def test_a_jump_supersedes_the_candidate_before_its_summary_row() -> None:
+    sim = Sim(minutely(), T0, overlap="queue", candidate=Candidate(T0, "queued"))
+    d = sim.tick(T0 + 500 * MIN, active=1)
+    assert [(e.state, e.at, e.summary) for e in d.entries][:2] == [
+        ("superseded", T0, False),
+        ("skipped-misfire", T0 + MIN, True),
+    ]
+
+
 def test_overlap_is_checked_before_capacity() -> None:
     d = Sim(hourly(), T0).tick(T0 + HOUR, active=1, capacity=0)
     assert states(d) == [("skipped-overlap", T0 + HOUR, "a")] and d.candidate is None
@@ -652,6 +694,29 @@ def test_startup_skip_drops_a_held_candidate_with_its_own_row() -> None:
     (row,) = summaries(d)
     assert (row.at, row.last, row.count) == (T0 + 2 * HOUR, T0 + 3 * HOUR, 2)
     assert d.candidate is None and d.admit == []
+
+
+def test_startup_skip_keeps_a_queued_candidate_only_if_nothing_newer_was_missed() -> None:
+    sim = Sim(hourly(), T0 + HOUR, overlap="queue", candidate=Candidate(T0 + HOUR, "queued"))
+    d = sim.tick(T0 + HOUR + 30 * MIN, startup=True, active=1)
+    assert d.candidate == Candidate(T0 + HOUR, "queued") and d.entries == []
+    # Missed instants are newer: they supersede it, and are dropped themselves.
+    d = sim.tick(T0 + 3 * HOUR + 1, startup=True, active=0)
+    assert [(e.state, e.at, e.summary) for e in d.entries] == [
+        ("superseded", T0 + HOUR, False),
+        ("skipped-misfire", T0 + 2 * HOUR, True),
+    ]
+    assert d.candidate is None and d.admit == []
+
+
+def test_startup_latest_supersedes_the_held_candidate_before_the_summary() -> None:
+    sim = Sim(hourly(), T0 + HOUR, misfire="latest", candidate=Candidate(T0 + HOUR, "misfire"))
+    d = sim.tick(T0 + 4 * HOUR + 1, startup=True, capacity=0)
+    assert [(e.state, e.at, e.summary) for e in d.entries] == [
+        ("superseded", T0 + HOUR, False),
+        ("skipped-misfire", T0 + 2 * HOUR, True),
+    ]
+    assert d.candidate == Candidate(T0 + 4 * HOUR, "misfire")
 
 
 def test_startup_latest_holds_the_latest_and_summarizes_the_rest() -> None:

@@ -228,7 +228,7 @@ class _Tick:
             self.decision.candidate = None
 
     def hold(self, instant: int, why: Why) -> None:
-        self.supersede(f"superseded by a newer instant ({format_instant(instant)})")
+        self.supersede(_superseded_by(instant))
         self.decision.candidate = Candidate(instant, why)
 
     def try_admit(self, instant: int, why: Why) -> None:
@@ -313,13 +313,17 @@ def _startup(tick: _Tick, cal: _Guarded) -> None:
     """
     decision, view = tick.decision, tick.view
     if view.misfire == "skip":
-        # A queued instant was not missed: it waits for its schedule's run,
-        # which recovery re-adopts or settles, so it stays queued.
-        if decision.candidate is not None and decision.candidate.why != "queued":
-            held = decision.candidate
+        span = span_between(cal, decision.consumed_through, tick.now)
+        held = decision.candidate
+        if held is not None and held.why != "queued":
             decision.entries.append(Entry("skipped-misfire", held.at, "supervisor-down"))
             decision.candidate = None
-        span = span_between(cal, decision.consumed_through, tick.now)
+        elif span is not None:
+            # A queued instant was not missed, but a newer instant was: the
+            # newer one supersedes it, and is itself dropped as missed.
+            tick.supersede(_superseded_by(span.first))
+        # Otherwise the queued instant waits for its schedule's run, which
+        # recovery re-adopts or settles.
         if span is not None:
             decision.entries.append(span_entry(span, "skipped-misfire", "supervisor-down"))
             decision.consumed_through = span.last
@@ -327,6 +331,7 @@ def _startup(tick: _Tick, cal: _Guarded) -> None:
     instants, jumped = _scan(cal, decision.consumed_through, tick.now)
     if not instants:
         return
+    tick.supersede(_superseded_by(instants[0]))
     if jumped:
         passed: Span | None = Span(instants[0], _before_latest(cal, instants), None)
     elif len(instants) > 1:
@@ -340,9 +345,14 @@ def _startup(tick: _Tick, cal: _Guarded) -> None:
 
 
 def _walk_due(tick: _Tick, cal: _Guarded) -> None:
+    """Each due instant, oldest first. Every one of them, timely or late,
+    supersedes the held candidate: at most the newest instant ever waits, so
+    under `skip` a late instant leaves nothing older behind to run stale.
+    Superseded rows are written before the newer instants' rows."""
     decision, view = tick.decision, tick.view
     instants, jumped = _scan(cal, decision.consumed_through, tick.now)
     if jumped:
+        tick.supersede(_superseded_by(instants[0]))
         decision.entries.append(
             Entry(
                 "skipped-misfire",
@@ -355,15 +365,18 @@ def _walk_due(tick: _Tick, cal: _Guarded) -> None:
         )
         instants = instants[-1:]
     for instant in instants:
-        if tick.late(instant):
-            if view.misfire == "skip":
-                decision.entries.append(Entry("skipped-misfire", instant, "late"))
-            else:
-                tick.hold(instant, "misfire")
-        else:
-            tick.supersede(f"superseded by a newer instant ({format_instant(instant)})")
+        tick.supersede(_superseded_by(instant))
+        if not tick.late(instant):
             tick.try_admit(instant, "due")
+        elif view.misfire == "skip":
+            decision.entries.append(Entry("skipped-misfire", instant, "late"))
+        else:
+            tick.hold(instant, "misfire")
         decision.consumed_through = instant
+
+
+def _superseded_by(instant: int) -> str:
+    return f"superseded by a newer instant ({format_instant(instant)})"
 
 
 def _retry_candidate(tick: _Tick, held: Candidate) -> None:

@@ -21,6 +21,9 @@ from typing import Any
 
 RECORDS_DIR = "records"
 
+NO_RESUME_INPUT: Any = object()
+"""A resume without `--input` (distinct from one whose input is JSON null)."""
+
 
 class RunDir:
     def __init__(self, runs_root: Path, run_id: str) -> None:
@@ -44,10 +47,10 @@ class RunDir:
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_json_atomic(self.input_path, input_document)
 
-    def prepare_attempt(self, attempt: int, resume_input: Any | None = None) -> Path:
+    def prepare_attempt(self, attempt: int, resume_input: Any = NO_RESUME_INPUT) -> Path:
         directory = self.attempt_dir(attempt)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if resume_input is not None:
+        if resume_input is not NO_RESUME_INPUT:
             write_json_atomic(self.resume_input_path(attempt), resume_input)
         return directory
 

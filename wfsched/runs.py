@@ -13,7 +13,7 @@ from typing import Any
 from wfsched.errors import ConflictError, NotFoundError, OperationError, UsageError
 from wfsched.ownership import holder
 from wfsched.paging import decode_cursor, encode_cursor
-from wfsched.rundirs import RunDir
+from wfsched.rundirs import NO_RESUME_INPUT, RunDir
 from wfsched.store import RequestRow, RunRow, Store, parse_run_id
 from wfsched.timeutil import Clock, wall_clock
 from wfsched.views import run_view
@@ -88,12 +88,15 @@ class Runs:
                 raise ConflictError(f"{schedule_id}: deleted schedules cannot be triggered")
             return self.store.insert_request("trigger", self.clock(), schedule_id=schedule_id)
 
-    def request_resume(self, text: str, resume_input: Any = None) -> int:
+    def request_resume(self, text: str, resume_input: Any = NO_RESUME_INPUT) -> int:
+        """Ask for attempt N+1; `resume_input` (any JSON value, null included)
+        becomes its WFSCHED_RESUME_INPUT and stdin. Without it the attempt
+        reads the run's original input."""
         with self.store.atomic():
             run = self.run(text)
             if run.state != "interrupted":
                 raise ConflictError(f"{run.run_id} is {run.state}; only interrupted runs resume")
-            payload = json.dumps(resume_input) if resume_input is not None else None
+            payload = None if resume_input is NO_RESUME_INPUT else json.dumps(resume_input)
             return self.store.insert_request(
                 "resume", self.clock(), run_seq=run.seq, payload=payload
             )

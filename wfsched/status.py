@@ -49,6 +49,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         }
         counts = store.run_state_counts()
         executing = store.executing_count()
+        waiting = store.blocked_admitted_count()
         due = store.earliest_due_schedule()
         blocked = store.blocked_schedules()
     started_at = _number(meta["started_at"])
@@ -70,7 +71,12 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         # Capacity governs scheduled runs; manual runs bypass it and are
         # counted apart so "executing X of N" never exceeds N.
         "executing": executing,
-        "executing_manual": counts.get("admitted", 0) + counts.get("running", 0) - executing,
+        "executing_manual": counts.get("admitted", 0)
+        + counts.get("running", 0)
+        - executing
+        - waiting,
+        # Admitted runs of blocked schedules: no execution slot until `resume`.
+        "waiting_for_unblock": waiting,
         "interrupted": counts.get("interrupted", 0),
         "max_concurrent_runs": int(capacity) if capacity else DEFAULT_MAX_CONCURRENT_RUNS,
         "next_due": None
@@ -111,6 +117,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
         },
         "executing": 0,
         "executing_manual": 0,
+        "waiting_for_unblock": 0,
         "interrupted": 0,
         "max_concurrent_runs": DEFAULT_MAX_CONCURRENT_RUNS,
         "next_due": None,

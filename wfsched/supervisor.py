@@ -40,7 +40,13 @@ from wfsched.launcher import (
 from wfsched.model import Definition
 from wfsched.ownership import Ownership
 from wfsched.preflight import preflight
-from wfsched.rundirs import RunDir, attempt_record_dir, prepare_record_dir, record_dir
+from wfsched.rundirs import (
+    NO_RESUME_INPUT,
+    RunDir,
+    attempt_record_dir,
+    prepare_record_dir,
+    record_dir,
+)
 from wfsched.sdnotify import Notifier
 from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, Store, run_id
 from wfsched.tickerrors import META_KEY, TickErrors, describe
@@ -548,7 +554,7 @@ class Supervisor:
 
     @staticmethod
     def _resolve(
-        defn: Definition, schedule_id: str, occurrence: str, instant: int
+        defn: Definition, schedule_id: str, occurrence: str | None, instant: int
     ) -> tuple[str | None, Any]:
         try:
             document = resolve_input(
@@ -617,7 +623,7 @@ class Supervisor:
         self,
         seqs: list[int],
         attempt: int = 1,
-        resume_input: Any = None,
+        resume_input: Any = NO_RESUME_INPUT,
         answer: RequestRow | None = None,
     ) -> None:
         """Run directory, then the durable attempt mark, then the shim.
@@ -657,8 +663,15 @@ class Supervisor:
         with self.store.atomic():
             for run, _, _ in prepared:
                 self.store.insert_attempt(run.seq, attempt, started)
+                # The previous attempt's reason and exit code stay on its
+                # attempt row; the run reports none while this one runs.
                 self.store.update_run(
-                    run.seq, state="running", started_at=run.started_at or started, attempt=attempt
+                    run.seq,
+                    state="running",
+                    started_at=run.started_at or started,
+                    attempt=attempt,
+                    reason=None,
+                    exit_code=None,
                 )
                 if answer is not None:
                     self.store.finish_request(
@@ -667,7 +680,7 @@ class Supervisor:
         self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
         handles: list[tuple[int, ShimHandle]] = []
         for run, invocation, rundir in prepared:
-            spec = self._spec(run, invocation, rundir, attempt, resume_input is not None)
+            spec = self._spec(run, invocation, rundir, attempt, resume_input is not NO_RESUME_INPUT)
             watch = Watch(run.seq, run.schedule_id, attempt, Path(spec.record_dir), None, False)
             handle = self._spawn(run, watch, spec)
             if handle is not None:
@@ -1141,7 +1154,8 @@ class Supervisor:
                 return
             defn = self.admin.definition(row)
             instant = int(request.created_at)
-            reason, document = self._resolve(defn, row.id, "", instant)
+            # A manual run has no occurrence: its `occurrence_id` binding is JSON null.
+            reason, document = self._resolve(defn, row.id, None, instant)
             if reason is None:
                 env = {**os.environ, **dict(defn.run.env)}
                 reason = preflight(defn.run.command, defn.run.cwd, env)
@@ -1173,7 +1187,7 @@ class Supervisor:
                 " executing); try again when a run finishes",
             )
             return
-        payload = json.loads(request.payload) if request.payload else None
+        payload = json.loads(request.payload) if request.payload is not None else NO_RESUME_INPUT
         self.launch([run.seq], attempt=run.attempt + 1, resume_input=payload, answer=request)
 
     def _cancel(self, request: RequestRow) -> None:

@@ -196,7 +196,9 @@ def logs(state: CliState, run: str, stderr: bool, attempt: int | None, follow: b
 @pass_state
 def resume(state: CliState, run: str, input_file: Any) -> None:
     """Ask the supervisor to resume an interrupted run (attempt N+1)."""
-    document = None
+    from wfsched.rundirs import NO_RESUME_INPUT
+
+    document = NO_RESUME_INPUT
     if input_file is not None:
         try:
             document = json.load(input_file)

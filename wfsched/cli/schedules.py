@@ -536,6 +536,12 @@ def status(state: CliState, as_json: bool) -> None:
     if info["executing_manual"]:
         executing += f" (+{info['executing_manual']} manual, outside capacity)"
     output.add_row(grid, "executing", executing)
+    if info["waiting_for_unblock"]:
+        output.add_row(
+            grid,
+            "waiting",
+            f"{info['waiting_for_unblock']} admitted, no slot until `wfsched resume` unblocks",
+        )
     output.add_row(grid, "interrupted", info["interrupted"])
     output.add_row(grid, "next due", f"{due['schedule_id']} at {due['at']}" if due else None)
     output.add_row(grid, "blocked", len(info["blocked"]))

@@ -67,6 +67,9 @@ _ATTEMPT_MUTABLE = frozenset(
 # partial index `runs_unfinished` when the query repeats its WHERE literally.
 _UNFINISHED = "state IN ('admitted', 'running', 'interrupted')"
 _EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
+_SCHEDULE_BLOCKED = (
+    "EXISTS (SELECT 1 FROM schedules s WHERE s.id = r.schedule_id AND s.blocked_reason IS NOT NULL)"
+)
 _OCCURRENCE_SELECT = (
     "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
     " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
@@ -446,9 +449,21 @@ class Store(AuditQueries, RetentionQueries):
         return dict(rows.fetchall())
 
     def executing_count(self) -> int:
-        """Scheduled runs holding an execution slot (manual runs bypass capacity)."""
+        """Scheduled runs holding an execution slot: running, or admitted and
+        launchable. An admitted run of a blocked schedule cannot launch, so it
+        waits without a slot until `resume` clears the block; manual runs
+        bypass capacity."""
         row = self._conn.execute(
-            f"SELECT COUNT(*) FROM runs WHERE {_EXECUTING} AND kind = 'scheduled'"
+            f"SELECT COUNT(*) FROM runs r WHERE {_EXECUTING} AND kind = 'scheduled'"
+            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED})"
+        ).fetchone()
+        return int(row[0])
+
+    def blocked_admitted_count(self) -> int:
+        """Scheduled runs admitted but waiting for their schedule's block to clear."""
+        row = self._conn.execute(
+            f"SELECT COUNT(*) FROM runs r WHERE {_UNFINISHED} AND state = 'admitted'"
+            f" AND kind = 'scheduled' AND {_SCHEDULE_BLOCKED}"
         ).fetchone()
         return int(row[0])
 
