@@ -980,3 +980,61 @@ def test_console_script_round_trip(tmp_path: Path, make_definition: Callable[...
     assert again.returncode == 4
     assert again.stderr.startswith("wfsched: error: 'real' already exists")
     assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
+
+
+# ------------------------------------------------------------ blocks and updates
+
+BLOCK = "run-000001: unreadable exit record: not JSON"
+
+
+def block(store_path: Path, schedule_id: str) -> None:
+    """What the supervisor's `block` writes."""
+    with opened(store_path) as store, store.atomic():
+        store.update_schedule(schedule_id, blocked_reason=BLOCK, next_due=None)
+
+
+def assert_still_blocked(run_cli: CliRun, schedule_id: str, err: str) -> None:
+    assert err.count("\n") == 1
+    assert f"{schedule_id} is still blocked ({BLOCK})" in err
+    assert f"wfsched resume {schedule_id}" in err
+    code, out, _ = run_cli("status", "--json")
+    assert code == 0
+    assert as_json(out)["blocked"] == [{"schedule_id": schedule_id, "reason": BLOCK}]
+    view = as_json(run_cli("get", schedule_id, "--json")[1])
+    assert (view["state"], view["blocked_reason"], view["next_due"]) == ("blocked", BLOCK, None)
+
+
+def test_update_keeps_a_supervisor_block_and_says_so(
+    run_cli: CliRun, created, write_toml, store_path: Path
+) -> None:
+    created("stuck")
+    block(store_path, "stuck")
+    changed = write_toml(
+        "stuck.toml", 'description = "now described"\n' + definition_text("stuck"), "edits"
+    )
+    code, out, err = run_cli("update", str(changed), "--expected-revision", "1")
+    assert code == 0
+    assert out.startswith("updated stuck (revision 2)")
+    assert_still_blocked(run_cli, "stuck", err)
+    # Only resume clears it.
+    code, out, _ = run_cli("resume", "stuck")
+    assert code == 0
+    view = as_json(run_cli("get", "stuck", "--json")[1])
+    assert (view["state"], view["blocked_reason"]) == ("active", None)
+    assert view["next_due"] is not None
+
+
+def test_apply_of_a_changed_file_keeps_a_supervisor_block(
+    run_cli: CliRun, created, write_toml, store_path: Path, tmp_path: Path
+) -> None:
+    created("stuck")
+    created("fine", cron="30 * * * *")
+    block(store_path, "stuck")
+    write_toml("stuck.toml", 'description = "now described"\n' + definition_text("stuck"), "new")
+    fine = definition_text("fine", cron="30 * * * *")
+    write_toml("fine.toml", 'description = "also"\n' + fine, "new")
+    code, out, err = run_cli("apply", str(tmp_path / "new"))
+    assert code == 0
+    assert "updated stuck (revision 2)" in out and "updated fine (revision 2)" in out
+    assert_still_blocked(run_cli, "stuck", err)
+    assert "fine" not in err

@@ -55,6 +55,8 @@ class ApplyAction:
     action: str  # "created" | "updated" | "unchanged" | "deleted"
     revision: int | None
     source: str | None
+    blocked_reason: str | None = None
+    """An updated schedule's supervisor block, which the update keeps."""
 
 
 class Admin(Reads):
@@ -123,6 +125,9 @@ class Admin(Reads):
         return self.get(defn.id), changed
 
     def _replace(self, row: ScheduleRow, defn: Definition, now: float) -> None:
+        """A new revision. A supervisor block stays: only `resume` clears it
+        (the operator saying its cause was dealt with), so a blocked schedule
+        keeps no next due instant until then."""
         from wfsched.calendar import calendar_for
 
         old_cal = calendar_for(self.definition(row).trigger)
@@ -140,7 +145,7 @@ class Admin(Reads):
         # schedule is exhausted at once (create, by contrast, leaves it due).
         self._record(row, change.entries, now)
         next_due, exhausted = next_due_after(calendar_for(defn.trigger), change.consumed_through)
-        if row.paused:
+        if row.paused or row.blocked_reason:
             next_due = None
         revision = row.revision + 1
         definition = canonical_json(defn)
@@ -154,7 +159,6 @@ class Admin(Reads):
             candidate_why=None,
             next_due=next_due,
             exhausted=int(exhausted),
-            blocked_reason=None,
         )
         self.store.insert_revision(row.id, revision, definition, now, change.consumed_through)
 
@@ -187,7 +191,11 @@ class Admin(Reads):
                 if canonical_json(defn) == row.definition:
                     actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
                     continue
-                actions.append(ApplyAction(schedule_id, "updated", row.revision + 1, source))
+                actions.append(
+                    ApplyAction(
+                        schedule_id, "updated", row.revision + 1, source, row.blocked_reason
+                    )
+                )
                 if not dry_run:
                     self._replace(row, defn, now)
             if prune:

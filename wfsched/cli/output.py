@@ -30,6 +30,16 @@ def say(message: str) -> None:
     click.echo(message)
 
 
+def still_blocked(schedule_id: str, reason: str) -> None:
+    """The stderr note after an update of a blocked schedule: the update
+    succeeded, and the block (which only `resume` clears) is still there."""
+    click.echo(
+        f"wfsched: note: {schedule_id} is still blocked ({' '.join(reason.split())});"
+        f" only `wfsched resume {schedule_id}` clears a block",
+        err=True,
+    )
+
+
 def table(*columns: str, title: str | None = None) -> Table:
     from rich import box
     from rich.table import Table

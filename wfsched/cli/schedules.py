@@ -129,6 +129,8 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
         output.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
+        if action.blocked_reason and not dry_run:
+            output.still_blocked(action.schedule_id, action.blocked_reason)
     summary = ", ".join(f"{count} {name}" for name, count in tally.items())
     if not actions:
         summary = "no definitions found"
@@ -299,6 +301,8 @@ def update(state: CliState, file: str, expected_revision: int) -> None:
         output.say(
             f"unchanged {view['id']} (revision {view['revision']}): the definition is identical"
         )
+    if view["blocked_reason"]:
+        output.still_blocked(view["id"], view["blocked_reason"])
 
 
 # ---------------------------------------------------------------------- edit
@@ -346,6 +350,8 @@ def edit(state: CliState, schedule_id: str) -> None:
         output.say(f"updated {schedule_id} (revision {view['revision']})")
     else:
         output.say(f"nothing changed: {schedule_id} stays at revision {revision}")
+    if view["blocked_reason"]:
+        output.still_blocked(schedule_id, view["blocked_reason"])
 
 
 def _keep(schedule_id: str, text: str) -> str:
