@@ -140,9 +140,9 @@ def bench_occurrences(binary: str, work: Path, rows: int, repeat: int) -> float:
             )
     store.close()
     # A cursor in the middle of the history: what `--page` hands back after
-    # paging half-way through (seq follows insertion order here).
+    # paging half-way through (a row's ledger position is its seq here).
     middle = rows // 2
-    cursor = encode_cursor(at=start + 60 * middle, seq=middle + 1)
+    cursor = encode_cursor(pos=middle + 1)
     argv = [binary, "occurrences", "deep", "--page", cursor, "--limit", "100", "--json"]
     return timed(argv, store_path, repeat)
 

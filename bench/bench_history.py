@@ -229,8 +229,8 @@ def page_keys(store: Store) -> dict[str, str | None]:
     total = history_rows(store, "hot")
     keys: dict[str, str | None] = {"first": None}
     for name, index in (("middle", total // 2), ("last", max(0, total - 100))):
-        row = nth_row(store, index)
-        keys[name] = encode_cursor(at=row[0], seq=row[1]) if row else None
+        position = nth_position(store, index)
+        keys[name] = encode_cursor(pos=position) if position is not None else None
     return keys
 
 
@@ -243,15 +243,16 @@ def history_rows(store: Store, schedule_id: str) -> int:
     )
 
 
-def nth_row(store: Store, index: int) -> tuple[int, int] | None:
+def nth_position(store: Store, index: int) -> int | None:
+    """The ledger position of the index-th row of `hot` (history order)."""
     if index <= 0:
         return None
     row = store._conn.execute(
-        "SELECT scheduled_at, seq FROM occurrences WHERE schedule_id = 'hot'"
-        " ORDER BY scheduled_at, seq LIMIT 1 OFFSET ?",
+        "SELECT ledger_pos FROM occurrences WHERE schedule_id = 'hot'"
+        " ORDER BY ledger_pos LIMIT 1 OFFSET ?",
         (index - 1,),
     ).fetchone()
-    return (int(row[0]), int(row[1])) if row else None
+    return int(row[0]) if row else None
 
 
 def paging_timings(store: Store, repeat: int) -> dict[str, float]:

@@ -393,8 +393,8 @@ def test_no_operation_moves_the_watermark_back_under_clock_rollback(env: Env) ->
 
 def seed(env: Env, count: int, schedule_id: str = "job") -> list[tuple[int, str]]:
     """`count` rows whose reasons name them; every fourth is a summary row
-    sharing the instant of its neighbour, so the seq tie-break matters.
-    Returns the expected order as (scheduled_at, reason)."""
+    sharing the instant of its neighbour. Returns the expected order (the
+    order of recording) as (scheduled_at, reason)."""
     rows = []
     for i in range(count):
         summary = i % 4 == 3
@@ -413,15 +413,13 @@ def seed(env: Env, count: int, schedule_id: str = "job") -> list[tuple[int, str]
                 float(T0),
             )
         )
-    # Inserted in a scrambled order: paging must sort, not trust insertion.
+    # Inserted out of instant order: pages follow the order of recording.
     scrambled = rows[1::2] + rows[::2]
     with env.store.atomic():
         env.store.insert_occurrences(scrambled)
     stored = env.ledger(schedule_id)
-    return [
-        (r.scheduled_at, r.reason or "")
-        for r in sorted(stored, key=lambda r: (r.scheduled_at, r.seq))
-    ]
+    assert [r.reason for r in stored] == [row[6] for row in scrambled]
+    return [(r.scheduled_at, r.reason or "") for r in stored]
 
 
 def walk(env: Env, limit: int, schedule_id: str = "job") -> tuple[list[dict], int]:
@@ -463,13 +461,15 @@ def _b64(raw: bytes) -> str:
         "not base64 at all ☃",
         _b64(b"not json"),
         _b64(b"[1, 2]"),
-        _b64(json.dumps({"v": 2, "at": 1, "seq": 1}).encode()),
-        _b64(json.dumps({"v": 1, "at": 1}).encode()),
-        _b64(json.dumps({"v": 1, "at": 1, "seq": 1, "extra": 1}).encode()),
-        encode_cursor(at="1", seq=1),
-        encode_cursor(at=1.5, seq=1),
-        encode_cursor(at=True, seq=1),
+        _b64(json.dumps({"v": 2, "pos": 1}).encode()),
+        _b64(json.dumps({"v": 1}).encode()),
+        _b64(json.dumps({"v": 1, "pos": 1, "extra": 1}).encode()),
+        encode_cursor(pos="1"),
+        encode_cursor(pos=1.5),
+        encode_cursor(pos=True),
         encode_cursor(run=1),
+        # A cursor of the instant-ordered pages before schema version 2.
+        encode_cursor(at=1, seq=1),
     ],
 )
 def test_malformed_cursor_is_a_usage_error(env: Env, cursor: str) -> None:
@@ -482,7 +482,7 @@ def test_malformed_cursor_is_a_usage_error(env: Env, cursor: str) -> None:
 def test_out_of_range_cursor_is_a_usage_error(env: Env) -> None:
     env.at(T0).admin.create(cron_def())
     with pytest.raises(UsageError):
-        env.admin.occurrences("job", cursor=encode_cursor(at=10**30, seq=1))
+        env.admin.occurrences("job", cursor=encode_cursor(pos=10**30))
 
 
 def test_pending_row_tops_page_one_and_counts_toward_limit(env: Env) -> None:
@@ -535,6 +535,29 @@ def test_walking_a_thousand_row_history_returns_each_row_once_in_order(
     assert pages == -(-1000 // limit)  # no trailing empty page
     summaries = [p for p in items if p["occurrence_id"] is None]
     assert len(summaries) == 250 and all(p["count"] == 2 for p in summaries)
+
+
+@pytest.mark.parametrize("limit", [1, 3, 10])
+def test_pages_are_stable_while_rows_arrive(env: Env, limit: int) -> None:
+    """Between pages, rows keep arriving, most for instants older than every
+    row already paged (a candidate superseded or admitted late, a summary
+    written after a restart). Each is seen exactly once, after the rows
+    recorded before it, and no page shows a row twice."""
+    env.at(T0).admin.create(cron_def())
+    expected = [reason for _, reason in seed(env, 12)]
+    items, cursor = env.admin.occurrences("job", limit=limit)
+    arrived = 0
+    while cursor is not None:
+        with env.store.atomic():
+            for at in (T0 - 50_000 * MIN - arrived, T0 + 50_000 * MIN + arrived)[: 8 - arrived]:
+                reason = f"late-{arrived}"
+                env.store.insert_occurrence("job", at, "superseded", 1, T0, reason=reason)
+                expected.append(reason)
+                arrived += 1
+        page, cursor = env.admin.occurrences("job", limit=limit, cursor=cursor)
+        items += page
+    assert arrived >= 2
+    assert [item["reason"] for item in items] == expected
 
 
 def test_update_to_a_past_one_shot_exhausts_without_backfill(env: Env) -> None:

@@ -277,6 +277,27 @@ CASES = {
         [("ledger-gap", "q", None)],
         "2026-12-01T14:01:00Z is not accounted for",
     ),
+    "ledger row without a position": Case(
+        (
+            "UPDATE occurrences SET ledger_pos = NULL"
+            f" WHERE schedule_id = 'a' AND scheduled_at = {T0}",
+        ),
+        [("ledger-order", "a", None)],
+        "(2026-12-01T09:00:00Z) has no ledger position; history pages could miss rows",
+    ),
+    "ledger row placed beyond the last row recorded": Case(
+        (
+            "UPDATE occurrences SET ledger_pos = 1000000 WHERE schedule_id = 'h'"
+            " AND state = 'skipped-paused'",
+        ),
+        [("ledger-order", "h", None)],
+        "has ledger position 1000000, beyond the last row recorded",
+    ),
+    "ledger position trigger dropped": Case(
+        ("DROP TRIGGER occurrences_ledger_position",),
+        [("schema", None, None)],
+        "trigger occurrences_ledger_position is missing",
+    ),
     "summary count wrong": Case(
         ("UPDATE occurrences SET count = 4 WHERE state = 'skipped-paused'",),
         [("summary-count-mismatch", "h", None)],

@@ -252,3 +252,58 @@ def test_migrations_apply_every_newer_version_in_order_gaps_allowed(
     db.close()
     with pytest.raises(StoreError, match="schema version 10 is newer than this wfsched"):
         Store(tmp_path / "s")
+
+
+def version_1_store(root: Path) -> None:
+    """A store as wfsched wrote it before ledger positions (schema version 1)."""
+    from wfsched.store.migrations import MIGRATIONS
+
+    root.mkdir()
+    db = sqlite3.connect(root / "wfsched.db")
+    for number, _why, statements in MIGRATIONS:
+        if number == 1:
+            for statement in statements:
+                db.execute(statement)
+    db.execute("PRAGMA user_version = 1")
+    db.execute(
+        "INSERT INTO schedules (id, revision, definition, created_at, updated_at,"
+        " consumed_through) VALUES ('a', 1, '{}', 0, 0, 0), ('b', 1, '{}', 0, 0, 0)"
+    )
+    # Recorded out of instant order, as a late write did: seq 3 is older than 1 and 2.
+    for schedule_id, at, state in (
+        ("a", 120, "skipped-misfire"),
+        ("a", 180, "skipped-misfire"),
+        ("a", 60, "superseded"),
+        ("b", 60, "skipped-misfire"),
+    ):
+        db.execute(
+            "INSERT INTO occurrences (schedule_id, scheduled_at, state, revision, recorded_at)"
+            " VALUES (?, ?, ?, 1, 0)",
+            (schedule_id, at, state),
+        )
+    db.commit()
+    db.close()
+
+
+def test_version_1_history_keeps_its_order_and_new_rows_follow_it(tmp_path: Path) -> None:
+    from wfsched.audit import audit
+
+    version_1_store(tmp_path / "s")
+    store = Store(tmp_path / "s")
+    try:
+        assert store.schema_version == LATEST_VERSION
+        # Migrated rows keep the (instant, seq) order version 1 showed them in.
+        page = store.page_occurrences("a", None, 10)
+        assert [row.scheduled_at for row in page] == [60, 120, 180]
+        with store.atomic():
+            store.insert_occurrence("a", 30, "superseded", 1, 1.0)
+        page = store.page_occurrences("a", None, 10)
+        assert [row.scheduled_at for row in page] == [60, 120, 180, 30]
+        assert store.page_occurrences("a", page[2].ledger_pos, 10) == page[3:]
+        # The migrated schema is the one a new store gets, and every row is placed.
+        # (The bare rows above have no parseable definitions: those checks are moot.)
+        violations = audit(store)["violations"]
+        assert [v for v in violations if v["check"] == "schema" and v["schedule_id"] is None] == []
+        assert [v for v in violations if v["check"] == "ledger-order"] == []
+    finally:
+        store.close()

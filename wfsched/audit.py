@@ -33,6 +33,9 @@ Each violation names a stable `check`:
   rollback.
 - `ledger-unchecked`: the calendar refused to answer (a regression), so the
   ledger of that schedule could not be proven.
+- `ledger-order`: an occurrence row without a ledger position, or placed
+  beyond the last row ever recorded, so that a row written later would sort
+  before it and be missed by a history page already past it.
 - `summary-count-mismatch`: a summary row with an exact count (at most
   SCAN_CAP) whose [first, last] holds another number of instants of its
   revision's calendar, or whose last precedes its first. Retention's
@@ -83,6 +86,7 @@ CHECKS = (
     "admission-without-run",
     "ledger-gap",
     "ledger-unchecked",
+    "ledger-order",
     "summary-count-mismatch",
     "watermark-behind",
     "candidate-ahead",
@@ -134,6 +138,7 @@ def audit(store: Store) -> dict[str, Any]:
             history = store.revision_history()
             for row in schedules:
                 _check_ledger(row, history.get(row.id, []), store, add)
+            _check_ledger_order(store, add)
             _check_watermarks(schedules, store.ledger_high_marks(), add)
             _check_runs(store, add)
             _check_orphans(store, run_dirs, add)
@@ -436,6 +441,21 @@ def _owned_count(segments: list[_Segment], first: int, last: int) -> int | None:
                 return None
             total += span.count
     return total
+
+
+def _check_ledger_order(store: Store, add: Add) -> None:
+    for schedule_id, seq, at, position in store.misplaced_ledger_rows():
+        where = (
+            "has no ledger position"
+            if position is None
+            else f"has ledger position {position}, beyond the last row recorded"
+        )
+        add(
+            "ledger-order",
+            f"occurrence row {seq} ({format_instant(at)}) {where}; history pages could miss"
+            " rows written after it",
+            schedule_id,
+        )
 
 
 def _check_watermarks(schedules: list[ScheduleRow], highs: dict[str, int], add: Add) -> None:

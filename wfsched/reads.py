@@ -49,18 +49,22 @@ class Reads:
     def occurrences(
         self, schedule_id: str, limit: int = 20, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """History oldest first; a held candidate is a `pending` row at the top
-        of the first page (it counts toward `limit`)."""
+        """History oldest first, in the order it was recorded; a held
+        candidate is a `pending` row at the top of the first page (it counts
+        toward `limit`).
+
+        Record order, not instant order, is what makes pages stable: a row
+        written late for an older instant comes after the rows written before
+        it, so a cursor that already passed that instant still reaches it.
+        """
         if not 1 <= limit <= MAX_PAGE:
             raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
-        after: tuple[int, int] | None = None
+        after: int | None = None
         items: list[dict[str, Any]] = []
         with self.store.snapshot():
             row = self.row(schedule_id)
             if cursor is not None:
-                key = decode_cursor(cursor, "at", "seq")
-                if key["at"] is not None:
-                    after = (key["at"], key["seq"])
+                after = decode_cursor(cursor, "pos")["pos"]
             elif row.candidate_at is not None and row.candidate_why is not None:
                 items.append(
                     pending_view(row.id, row.candidate_at, row.candidate_why, row.revision)
@@ -72,8 +76,7 @@ class Reads:
         next_cursor = None
         if room == 0:
             if rows:
-                next_cursor = encode_cursor(at=None, seq=None)
+                next_cursor = encode_cursor(pos=None)
         elif len(rows) > room:
-            last = rows[room - 1]
-            next_cursor = encode_cursor(at=last.scheduled_at, seq=last.seq)
+            next_cursor = encode_cursor(pos=rows[room - 1].ledger_pos)
         return items, next_cursor

@@ -292,11 +292,16 @@ class _Pruner:
         first = min(item.first for item in items)
         last = max(item.last for item in items)
         revision = max(item.revision for item in items)
+        # In the history's record order, the summary stands where the first
+        # row it replaces stood (those rows are gone, so the place is free).
+        position = min(item.ledger_pos for item in items)
         existing = [item.seq for item, kind in group if kind == "pruned"]
         if existing:
             keep, *merged = sorted(existing)
             self.store.delete_pruned_rows(merged)
-            self.store.update_pruned_row(keep, first, last, count, revision, self.reason, self.now)
+            self.store.update_pruned_row(
+                keep, first, last, count, revision, self.reason, self.now, position
+            )
         else:
             self.store.insert_occurrence(
                 schedule_id,
@@ -308,6 +313,7 @@ class _Pruner:
                 last_at=last,
                 count=count,
                 summary=True,
+                ledger_pos=position,
             )
         self.report.summary_rows += 1
 

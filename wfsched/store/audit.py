@@ -221,6 +221,18 @@ class AuditQueries:
         for seq, at, last, count, summary, state, revision in cursor:
             yield LedgerRow(seq, at, last, count, bool(summary), state, revision)
 
+    def misplaced_ledger_rows(self) -> list[tuple[str, int, int, int | None]]:
+        """(schedule id, seq, instant, position) of occurrence rows with no
+        ledger position, or with one beyond the last row ever recorded: a
+        row written later would be placed behind it, where a cursor that
+        already passed it never looks."""
+        rows = self._conn.execute(
+            "SELECT schedule_id, seq, scheduled_at, ledger_pos FROM occurrences"
+            " WHERE ledger_pos IS NULL OR ledger_pos > (SELECT COALESCE(MAX(seq), 0)"
+            " FROM sqlite_sequence WHERE name = 'occurrences') ORDER BY schedule_id, seq"
+        )
+        return [(s, seq, at, pos) for s, seq, at, pos in rows]
+
     def ledger_high_marks(self) -> dict[str, int]:
         """schedule id -> the latest instant any of its rows accounts for."""
         rows = self._conn.execute(

@@ -73,7 +73,8 @@ _SCHEDULE_BLOCKED = (
 _OCCURRENCE_SELECT = (
     "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
     " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
-    " r.started_at, r.finished_at FROM occurrences o LEFT JOIN runs r ON r.seq = o.run_seq"
+    " r.started_at, r.finished_at, o.ledger_pos"
+    " FROM occurrences o LEFT JOIN runs r ON r.seq = o.run_seq"
 )
 
 
@@ -291,10 +292,15 @@ class Store(AuditQueries, RetentionQueries):
         last_at: int | None = None,
         count: int | None = None,
         summary: bool = False,
+        ledger_pos: int | None = None,
     ) -> int:
+        """A ledger row, appended to its schedule's history (a database
+        trigger gives it its own seq as position) unless `ledger_pos` places
+        it (retention's `pruned` rows only)."""
         cursor = self._conn.execute(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
-            " reason, revision, run_seq, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " reason, revision, run_seq, recorded_at, ledger_pos)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 schedule_id,
                 scheduled_at,
@@ -306,6 +312,7 @@ class Store(AuditQueries, RetentionQueries):
                 revision,
                 run_seq,
                 recorded_at,
+                ledger_pos,
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -320,21 +327,16 @@ class Store(AuditQueries, RetentionQueries):
         )
 
     def page_occurrences(
-        self, schedule_id: str, after: tuple[int, int] | None, limit: int
+        self, schedule_id: str, after: int | None, limit: int
     ) -> list[OccurrenceRow]:
-        """Oldest first by (instant, seq); keyset paging so any page is an index seek."""
-        if after is None:
-            rows = self._conn.execute(
-                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ?"
-                " ORDER BY o.scheduled_at, o.seq LIMIT ?",
-                (schedule_id, limit),
-            )
-        else:
-            rows = self._conn.execute(
-                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND (o.scheduled_at, o.seq) > (?, ?)"
-                " ORDER BY o.scheduled_at, o.seq LIMIT ?",
-                (schedule_id, after[0], after[1], limit),
-            )
+        """In record order, after ledger position `after`: keyset paging on
+        occurrences_ledger, so any page is an index seek, and a row written
+        later always lands after every position already handed out."""
+        rows = self._conn.execute(
+            f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos > ?"
+            " ORDER BY o.ledger_pos LIMIT ?",
+            (schedule_id, after if after is not None else -(2**62), limit),
+        )
         return [_occurrence(row) for row in rows]
 
     def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None:

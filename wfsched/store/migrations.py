@@ -133,6 +133,38 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ],
     ),
     (
+        2,
+        # History pages are read in record order, keyed by a position that a
+        # later write can never fall behind: a row recorded late for an older
+        # instant (a candidate superseded or admitted after newer rows) is
+        # appended, never slipped behind a cursor that already passed it.
+        "ledger positions: occurrences paged in record order",
+        [
+            "ALTER TABLE occurrences ADD COLUMN ledger_pos INTEGER",
+            # Existing history keeps the order it was shown in (instant, then
+            # seq). Per-schedule ranks never exceed the rows ever inserted, so
+            # every position here lies below the next row's seq.
+            "CREATE TEMP TABLE ledger_rank (seq INTEGER PRIMARY KEY, pos INTEGER NOT NULL)",
+            "INSERT INTO temp.ledger_rank SELECT seq, ROW_NUMBER() OVER"
+            " (PARTITION BY schedule_id ORDER BY scheduled_at, seq) FROM occurrences",
+            "UPDATE occurrences SET ledger_pos ="
+            " (SELECT pos FROM temp.ledger_rank r WHERE r.seq = occurrences.seq)",
+            "DROP TABLE temp.ledger_rank",
+            "CREATE UNIQUE INDEX occurrences_ledger ON occurrences(schedule_id, ledger_pos)",
+            # A new row takes its own seq (AUTOINCREMENT: above every seq ever
+            # used) as its position, whatever code path inserts it. Only
+            # retention places a row explicitly: a `pruned` row stands where
+            # the first row it replaces stood.
+            """
+            CREATE TRIGGER occurrences_ledger_position
+            AFTER INSERT ON occurrences WHEN NEW.ledger_pos IS NULL
+            BEGIN
+                UPDATE occurrences SET ledger_pos = NEW.seq WHERE seq = NEW.seq;
+            END
+            """,
+        ],
+    ),
+    (
         3,
         # The watermark an edit started the new revision from: the revision
         # owes the calendar instants after it. `audit` cannot rebuild it from

@@ -17,7 +17,9 @@ from typing import Any
 PRUNED_STATE = "pruned"
 
 _FINISHED = "('completed', 'failed')"
-_LEDGER_COLUMNS = "o.seq, o.scheduled_at, o.last_at, o.count, o.summary, o.state, o.revision"
+_LEDGER_COLUMNS = (
+    "o.seq, o.scheduled_at, o.last_at, o.count, o.summary, o.state, o.revision, o.ledger_pos"
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class LedgerItem:
     """Instants covered: 1 for a row of its own, the summary's count (None = unknown)."""
     state: str
     revision: int
+    ledger_pos: int
+    """Its place in the history's record order."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class PrunableRow:
 
 
 def _ledger_item(row: Sequence[Any]) -> LedgerItem:
-    seq, first, last, count, summary, state, revision = row
+    seq, first, last, count, summary, state, revision, ledger_pos = row
     return LedgerItem(
         seq=seq,
         first=first,
@@ -51,6 +55,7 @@ def _ledger_item(row: Sequence[Any]) -> LedgerItem:
         count=count if summary else 1,
         state=state,
         revision=revision,
+        ledger_pos=ledger_pos,
     )
 
 
@@ -105,7 +110,7 @@ class RetentionQueries:
                 limit,
             ),
         )
-        return [PrunableRow(_ledger_item(row[:7]), schedule_id, row[7]) for row in rows.fetchall()]
+        return [PrunableRow(_ledger_item(row[:8]), schedule_id, row[8]) for row in rows.fetchall()]
 
     def prunable_runs(self, cutoff: float, after_seq: int, limit: int) -> list[tuple[int, str]]:
         """Finished runs that finished before `cutoff`, by seq: (seq, schedule_id).
@@ -131,7 +136,7 @@ class RetentionQueries:
                 chunk,
             )
             found.extend(
-                PrunableRow(_ledger_item(row[:7]), str(row[8]), row[7]) for row in rows.fetchall()
+                PrunableRow(_ledger_item(row[:8]), str(row[9]), row[8]) for row in rows.fetchall()
             )
         return found
 
@@ -248,11 +253,12 @@ class RetentionQueries:
         revision: int,
         reason: str,
         recorded_at: float,
+        ledger_pos: int,
     ) -> None:
         self._conn.execute(
             "UPDATE occurrences SET scheduled_at = ?, last_at = ?, count = ?, revision = ?,"
-            " reason = ?, recorded_at = ? WHERE seq = ? AND state = ?",
-            (first, last, count, revision, reason, recorded_at, seq, PRUNED_STATE),
+            " reason = ?, recorded_at = ?, ledger_pos = ? WHERE seq = ? AND state = ?",
+            (first, last, count, revision, reason, recorded_at, ledger_pos, seq, PRUNED_STATE),
         )
 
     def delete_pruned_rows(self, seqs: Sequence[int]) -> None:

@@ -52,6 +52,8 @@ class OccurrenceRow:
     admitted_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    ledger_pos: int = 0
+    """Its place in the schedule's history (record order; the page key)."""
 
 
 @dataclass(frozen=True)
