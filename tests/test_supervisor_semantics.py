@@ -6,9 +6,12 @@ resumed attempts), with the injected clock and the fake launcher.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import CliRun
 
 from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
 from wfsched.definition import parse_definition
@@ -24,7 +27,7 @@ class Crash(Exception):
     """Stands for the supervisor dying at a fault point."""
 
 
-def crash_at(point: str):  # type: ignore[no-untyped-def]
+def crash_at(point: str) -> Callable[[str], None]:
     def hook(reached: str) -> None:
         if reached == point:
             raise Crash(reached)
@@ -45,15 +48,21 @@ def admitted_then_blocked(h: Harness) -> None:
     h.tick_at(T0 + 1)
 
 
-def test_an_admitted_run_of_a_blocked_schedule_holds_no_execution_slot(tmp_path: Path) -> None:
+def test_an_admitted_run_of_a_blocked_schedule_holds_no_execution_slot(
+    tmp_path: Path, run_cli: CliRun
+) -> None:
     h = Harness(tmp_path / "s", max_concurrent_runs=1)
     h.define("a", cron="0 * * * *")
     h.define("b", cron="1 * * * *")
     admitted_then_blocked(h)
     assert h.control.spawned == []
     info = status(h.store, h.clock)
-    assert info["executing"] == 0
-    assert info["waiting_for_unblock"] == 1
+    assert (info["executing"], info["executing_manual"], info["waiting_for_unblock"]) == (0, 0, 1)
+    code, out, _ = run_cli("--store", str(tmp_path / "s"), "status", "--json")
+    assert code == 0 and json.loads(out)["executing"] == 0
+    code, out, _ = run_cli("--store", str(tmp_path / "s"), "status")
+    assert re.search(r"executing\s+0 of", out)
+    assert re.search(r"waiting\s+1 admitted, no slot until `wfsched resume`", out)
     # b's instant finds the one slot free: the blocked run does not hold it.
     h.tick_at(T0 + MINUTE)
     assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned] == ["b"]
