@@ -70,6 +70,11 @@ _EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
 _SCHEDULE_BLOCKED = (
     "EXISTS (SELECT 1 FROM schedules s WHERE s.id = r.schedule_id AND s.blocked_reason IS NOT NULL)"
 )
+# A new ledger row's position: the seq AUTOINCREMENT is about to give it, which
+# lies above every seq (and so every position) the table has ever used. Each
+# statement of an executemany sees the sequence its predecessor advanced.
+# (A database trigger does the same for an insert that names no position.)
+_NEXT_POSITION = "COALESCE((SELECT seq + 1 FROM sqlite_sequence WHERE name = 'occurrences'), 1)"
 _OCCURRENCE_SELECT = (
     "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
     " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
@@ -294,13 +299,12 @@ class Store(AuditQueries, RetentionQueries):
         summary: bool = False,
         ledger_pos: int | None = None,
     ) -> int:
-        """A ledger row, appended to its schedule's history (a database
-        trigger gives it its own seq as position) unless `ledger_pos` places
-        it (retention's `pruned` rows only)."""
+        """A ledger row, appended to its schedule's history unless
+        `ledger_pos` places it (retention's `pruned` rows only)."""
         cursor = self._conn.execute(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {_NEXT_POSITION}))",
             (
                 schedule_id,
                 scheduled_at,
@@ -322,7 +326,8 @@ class Store(AuditQueries, RetentionQueries):
         reason, revision, run_seq, recorded_at) tuples (seeding and benchmarks)."""
         self._conn.executemany(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
-            " reason, revision, run_seq, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " reason, revision, run_seq, recorded_at, ledger_pos)"
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_POSITION})",
             rows,
         )
 
