@@ -155,6 +155,22 @@ def test_resume_input_that_is_json_null_is_passed_through(h: Harness) -> None:
     assert Path(spec.stdin_path).read_text() == "null"
 
 
+def test_cli_resume_input_file_holding_null_reaches_the_attempt(
+    h: Harness, run_cli: CliRun, tmp_path: Path
+) -> None:
+    interrupted(h)
+    document = tmp_path / "null.json"
+    document.write_text("null\n")
+    code, out, _ = run_cli(
+        "--store", str(h.store.root), "runs", "resume", "run-000001", "--input", str(document)
+    )
+    assert code == 0 and "recorded" in out
+    h.tick_at(T0 + 2)
+    spec, _ = h.control.spec("run-000001", attempt=2)
+    assert spec.stdin_path == spec.env["WFSCHED_RESUME_INPUT"]
+    assert json.loads(Path(spec.stdin_path).read_text()) is None
+
+
 def test_resume_without_input_keeps_the_original_input_on_stdin(h: Harness) -> None:
     interrupted(h)
     h.runs.request_resume("run-000001")
