@@ -1038,3 +1038,14 @@ def test_apply_of_a_changed_file_keeps_a_supervisor_block(
     assert "updated stuck (revision 2)" in out and "updated fine (revision 2)" in out
     assert_still_blocked(run_cli, "stuck", err)
     assert "fine" not in err
+
+
+def test_edit_keeps_a_supervisor_block(
+    run_cli: CliRun, created, fake_editor, store_path: Path
+) -> None:
+    created("stuck")
+    block(store_path, "stuck")
+    fake_editor(CHANGE_CRON)
+    code, out, err = run_cli("edit", "stuck")
+    assert (code, out) == (0, "updated stuck (revision 2)\n")
+    assert_still_blocked(run_cli, "stuck", err)

@@ -462,7 +462,8 @@ def next_(state: CliState, schedule_id: str, count: int, after: str | None, as_j
 def occurrences(
     state: CliState, schedule_id: str, limit: int, cursor: str | None, as_json: bool
 ) -> None:
-    """A schedule's history, oldest first, one page at a time.
+    """A schedule's history, oldest first (in the order it was recorded),
+    one page at a time.
 
     A held candidate shows as a `pending` row at the top of the first page.
     """

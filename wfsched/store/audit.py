@@ -212,7 +212,7 @@ class AuditQueries:
     # -- the ledger ------------------------------------------------------------------
 
     def ledger_rows(self, schedule_id: str) -> Iterator[LedgerRow]:
-        """The schedule's ledger oldest first, streamed (an index walk)."""
+        """The schedule's ledger in instant order, streamed (an index walk)."""
         cursor = self._conn.execute(
             "SELECT seq, scheduled_at, last_at, count, summary, state, revision"
             " FROM occurrences WHERE schedule_id = ? ORDER BY scheduled_at, seq",
