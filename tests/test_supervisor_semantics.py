@@ -91,6 +91,30 @@ def test_the_waiting_run_launches_through_capacity_once_resume_clears_the_block(
     assert h.runs.show("run-000001")["state"] == "running"
 
 
+def test_an_admitted_run_with_attempt_rows_is_never_launched_after_resume(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+    h.define("a", cron="0 * * * *")
+    h.supervisor.fault = crash_at("after-admission-commit")
+    with pytest.raises(Crash):
+        h.tick_at(T0)
+    with h.store.atomic():  # contradicting records: admitted, yet attempt 1 exists
+        h.store.insert_attempt(1, 1, T0)
+        h.store.update_run(1, attempt=1)
+    h.supervisor = h.new_supervisor(max_concurrent_runs=1)
+    h.supervisor.recover()
+    h.tick_at(T0 + 1)
+    assert h.admin.get("a")["blocked_reason"] == "run-000001 is admitted but has attempts"
+    h.admin.resume("a")
+    h.tick_at(T0 + 2)
+    assert h.control.spawned == []
+    assert h.admin.get("a")["blocked_reason"] == "run-000001 is admitted but has attempts"
+    h.runs.request_cancel("run-000001")
+    h.tick_at(T0 + 3)
+    assert h.runs.show("run-000001")["state"] == "failed"
+
+
 def test_queue_skip_a_late_newer_instant_leaves_no_stale_queued_one(tmp_path: Path) -> None:
     """The issue's timeline: `* * * * *`, a run longer than two minutes,
     queue + skip, lateness 0, and the supervisor stopped (SIGSTOP) across the

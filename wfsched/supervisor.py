@@ -608,6 +608,14 @@ class Supervisor:
             if len(chosen) == LAUNCH_CHUNK:
                 self.wake_now = True
                 break
+            if run.attempt:
+                # Records that contradict each other (recovery blocked the
+                # schedule, and a `resume` cleared it): launching would
+                # collide with the attempt rows, so it blocks again, and the
+                # run waits for `runs cancel`.
+                if self._schedule_usable(run.schedule_id):
+                    self.block(run.schedule_id, f"{run.run_id} is admitted but has attempts")
+                continue
             if run.kind == "manual":
                 chosen.append(run.seq)
             elif room > 0 and self._schedule_usable(run.schedule_id):
