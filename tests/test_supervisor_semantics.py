@@ -23,8 +23,9 @@ def h(tmp_path: Path) -> Harness:
     return Harness(tmp_path / "store")
 
 
-class Crash(Exception):
-    """Stands for the supervisor dying at a fault point."""
+class Crash(BaseException):
+    """Stands for the supervisor dying at a fault point (like SIGKILL, it is
+    not an error a tick phase contains)."""
 
 
 def crash_at(point: str) -> Callable[[str], None]:
