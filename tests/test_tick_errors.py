@@ -22,7 +22,7 @@ from tests.test_supervisor_loop import MINUTE, T0, Harness
 from wfsched.definition import parse_definition
 from wfsched.faults import InjectedFault
 from wfsched.status import status
-from wfsched.supervisor import NOTIFY_TRIES, Supervisor, SupervisorConfig
+from wfsched.supervisor import NOTIFY_TRIES, REQUEST_TRIES, Supervisor, SupervisorConfig
 from wfsched.tickerrors import REPEAT_LOG_INTERVAL, TickErrors
 
 
@@ -253,6 +253,60 @@ def test_a_failed_request_stays_pending_and_is_answered_once(
     assert request is not None and (request.state, request.result) == ("done", "run-000002")
     assert h.run_ids() == ["run-000001", "run-000002"]
     assert len(h.control.spawned) == 2
+
+
+def test_a_resume_that_keeps_failing_neither_blocks_other_requests_nor_waits_forever(
+    h: Harness,
+) -> None:
+    """The job left a directory where its input.json is: preparing the next
+    attempt fails every time. A trigger of another schedule and a cancel
+    behind it are answered at once; the resume is refused with the reason."""
+    h.define_interruptible("i", cron="0 0 1 1 *")
+    h.runs.request_trigger("i")
+    h.tick_at(T0 - 20)
+    spec, _ = h.control.spec("run-000001")
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 - 19)
+    assert h.runs.show("run-000001")["state"] == "interrupted"
+    input_path = Path(spec.env["WFSCHED_INPUT"])
+    input_path.unlink()
+    input_path.mkdir()
+    resume = h.runs.request_resume("run-000001")
+    trigger = h.runs.request_trigger("a")
+    h.tick_at(T0 - 18)
+    answered = h.store.get_request(trigger)
+    assert answered is not None and (answered.state, answered.result) == ("done", "run-000002")
+    cancel = h.runs.request_cancel("run-000002")
+    for second in range(REQUEST_TRIES - 1):
+        assert h.store.get_request(resume).state == "pending"  # type: ignore[union-attr]
+        h.tick_at(T0 - 17 + second)
+        if second == 0:
+            assert h.store.get_request(cancel).state == "done"  # type: ignore[union-attr]
+    refused = h.store.get_request(resume)
+    assert refused is not None and refused.state == "refused"
+    assert refused.result is not None
+    assert refused.result.startswith(f"could not be carried out ({REQUEST_TRIES} tries): ")
+    assert "Is a directory" in refused.result
+    assert h.supervisor.errors.counts == {"requests": REQUEST_TRIES}
+    assert [f["request"] for f in events(h, "request-refused")] == [resume]
+    assert h.runs.show("run-000001")["state"] == "interrupted"  # resumable once repaired
+
+
+def test_a_trigger_of_an_unreadable_schedule_is_refused_and_others_proceed(
+    h: Harness,
+) -> None:
+    h.define("garbage", cron="0 0 1 1 *")
+    with h.store.atomic():
+        h.store.update_schedule("garbage", definition="{not json")
+    poisoned = h.runs.request_trigger("garbage")
+    for second in range(REQUEST_TRIES):
+        trigger = h.runs.request_trigger("a")
+        h.tick_at(T0 - 20 + second)
+        assert h.store.get_request(trigger).state == "done"  # type: ignore[union-attr]
+    refused = h.store.get_request(poisoned)
+    assert refused is not None and refused.state == "refused"
+    assert "corrupt definition row" in (refused.result or "")
+    assert len(h.control.spawned) == REQUEST_TRIES
 
 
 def test_retention_failure_is_retried_a_minute_later(

@@ -68,6 +68,10 @@ LAUNCHER_BACKOFF_FIRST = 0.1
 LAUNCHER_BACKOFF_MAX = 5.0
 """Seconds between attempts to start a replacement launcher (doubling)."""
 NEVER_STARTED = "not started: its shim died before starting the command; the command never ran"
+REQUEST_TRIES = 5
+"""A request (trigger, resume, cancel) whose handling keeps failing is
+answered `refused`, with the error in words, after this many tries: retried
+forever it would be pending forever, and its operator would never learn why."""
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
 
@@ -233,6 +237,8 @@ class Supervisor:
         yet: the launcher reports a pid once, so a failed ingestion must
         remember to read the exit record again next tick."""
         self._notices: list[Notice] = []
+        self._request_tries: dict[int, int] = {}
+        """Failed tries per pending request (see REQUEST_TRIES)."""
         self.errors = TickErrors()
         self._focus: dict[str, Any] = {}
         """What the current phase is working on (schedule, run, request), for
@@ -1130,19 +1136,42 @@ class Supervisor:
     # -- requests from the CLI ------------------------------------------------------
 
     def handle_requests(self) -> None:
-        for request in self.store.pending_requests():
-            self._focus = {
-                "request": request.seq,
-                "kind": request.kind,
-                "schedule": request.schedule_id,
-                "run": run_id(request.run_seq) if request.run_seq else None,
-            }
-            handler = {
-                "trigger": self._trigger,
-                "resume": self._resume,
-                "cancel": self._cancel,
-            }[request.kind]
+        """Each pending request on its own, oldest first: one that fails is a
+        contained `requests` error and is retried next tick, while the others
+        are still answered (a cancel must not wait behind a broken resume)."""
+        pending = self.store.pending_requests()
+        waiting = {request.seq for request in pending}
+        self._request_tries = {
+            seq: tries for seq, tries in self._request_tries.items() if seq in waiting
+        }
+        for request in pending:
+            self._phase("requests", self._handle_request, request)
+
+    def _handle_request(self, request: RequestRow) -> None:
+        self._focus = {
+            "request": request.seq,
+            "kind": request.kind,
+            "schedule": request.schedule_id,
+            "run": run_id(request.run_seq) if request.run_seq else None,
+        }
+        handler = {
+            "trigger": self._trigger,
+            "resume": self._resume,
+            "cancel": self._cancel,
+        }[request.kind]
+        try:
             handler(request)
+        except Exception as exc:
+            tries = self._request_tries[request.seq] = self._request_tries.get(request.seq, 0) + 1
+            if tries >= REQUEST_TRIES:
+                # The answer is written first: if the store refuses it too,
+                # the request stays pending and is tried again next tick.
+                reason = f"could not be carried out ({tries} tries): {describe(exc)}"
+                self._answer(request, "refused", reason)
+                del self._request_tries[request.seq]
+                self.log("request-refused", request=request.seq, kind=request.kind, reason=reason)
+            raise
+        self._request_tries.pop(request.seq, None)
 
     def _answer(self, request: RequestRow, state: str, result: str) -> None:
         with self.store.atomic():
