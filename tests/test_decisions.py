@@ -172,15 +172,24 @@ class Sim:
         )
 
     def tick(
-        self, now: int, *, active: int = 0, capacity: int = 4, startup: bool = False
+        self,
+        now: int,
+        *,
+        active: int = 0,
+        capacity: int = 4,
+        startup: bool = False,
+        owned_at: int | None = None,
+        late_reason: str = "late",
     ) -> Decision:
+        """`startup`: the supervisor took ownership at `now` (its first tick)."""
         d = decide(
             self.view(),
             self.cal,  # type: ignore[arg-type]
             now,
             active=active,
             capacity_left=capacity,
-            startup=startup,
+            owned_at=now if startup else owned_at,
+            late_reason=late_reason,
         )
         assert d.consumed_through >= self.consumed, "the watermark moved back"
         self.consumed, self.candidate = d.consumed_through, d.candidate
@@ -741,6 +750,52 @@ def test_startup_latest_with_nothing_missed_keeps_the_held_candidate() -> None:
     sim = Sim(hourly(), T0 + HOUR, misfire="latest", candidate=Candidate(T0 + HOUR, "misfire"))
     d = sim.tick(T0 + HOUR + 30 * MIN, startup=True, capacity=0)
     assert d.candidate == Candidate(T0 + HOUR, "misfire") and d.entries == []
+
+
+def test_startup_rule_covers_only_instants_due_until_ownership() -> None:
+    """The first decision commits 10 s after 05:00 (the store failed from
+    04:59:40, when the supervisor took over): 01:00-04:00 were missed while
+    none ran; 05:00 fell due under this supervisor and is only 10 s late."""
+    sim = Sim(hourly(), T0)
+    d = sim.tick(T0 + 5 * HOUR + 10, owned_at=T0 + 5 * HOUR - 20)
+    (row,) = summaries(d)
+    assert (row.reason, row.at, row.last, row.count) == (
+        "supervisor-down",
+        T0 + HOUR,
+        T0 + 4 * HOUR,
+        4,
+    )
+    assert admitted(d) == [T0 + 5 * HOUR]
+
+
+@pytest.mark.parametrize("misfire", ["skip", "latest"])
+def test_an_instant_decided_late_after_ownership_is_judged_by_lateness(misfire: str) -> None:
+    sim = Sim(hourly(), T0, misfire=misfire)
+    d = sim.tick(T0 + 2 * HOUR + 5 * MIN, owned_at=T0 + 30 * MIN, late_reason="store-unavailable")
+    if misfire == "skip":
+        assert states(d) == [
+            ("skipped-misfire", T0 + HOUR, "store-unavailable"),
+            ("skipped-misfire", T0 + 2 * HOUR, "store-unavailable"),
+        ]
+    else:
+        assert admitted(d) == [T0 + 2 * HOUR]
+        assert states(d) == [("superseded", T0 + HOUR, "superseded")]
+
+
+def test_the_startup_rule_passed_every_tick_decides_nothing_twice() -> None:
+    """The supervisor passes its ownership instant to every decision: once
+    the missed span is consumed, later candidates are judged normally."""
+    owned = T0 + 3 * HOUR + 1
+    sim = Sim(hourly(), T0 + HOUR, candidate=Candidate(T0 + HOUR, "capacity"))
+    d = sim.tick(owned, owned_at=owned)
+    assert states(d) == [("skipped-misfire", T0 + HOUR, "supervisor-down")]
+    (row,) = summaries(d)
+    assert (row.reason, row.at, row.last) == ("supervisor-down", T0 + 2 * HOUR, T0 + 3 * HOUR)
+    assert sim.tick(owned + 1, owned_at=owned).entries == []
+    d = sim.tick(T0 + 4 * HOUR, owned_at=owned, capacity=0)
+    assert d.candidate == Candidate(T0 + 4 * HOUR, "capacity")
+    d = sim.tick(T0 + 4 * HOUR + 30, owned_at=owned)
+    assert admitted(d) == [T0 + 4 * HOUR] and d.entries == []
 
 
 @pytest.mark.parametrize("misfire", ["skip", "latest"])

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_supervisor_loop import MINUTE, T0, Harness
+from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
 from wfsched.definition import parse_definition
 from wfsched.faults import InjectedFault
 from wfsched.status import status
@@ -375,6 +375,36 @@ def test_a_startup_tick_whose_admission_failed_is_decided_again_as_startup(
     h.tick_at(T0 + 10 * MINUTE + 6)
     reasons = [reason for _, state, reason in h.history("m") if state == "skipped-misfire"]
     assert reasons and all(reason and "supervisor-down" in reason for reason in reasons)
+
+
+def test_an_instant_due_during_a_store_episode_from_startup_is_judged_by_lateness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store fails from the supervisor's first tick (08:59:40) until
+    09:00:10: 09:00 fell due under this supervisor, 10 s late with 60 s of
+    lateness, so it runs. Later, 10:00 decided 5 minutes late because the
+    store failed is `skipped-misfire` with reason `store-unavailable`."""
+    h = Harness(tmp_path / "store")
+    text = 'id = "m"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["true"]\n'
+    h.admin.create(parse_definition(text, "m.toml", now=int(h.clock())))
+    h.supervisor = h.new_supervisor()  # a restart; nothing was missed while down
+    fail(h, monkeypatch, "due_schedules", times=2)
+    h.tick_at(T0 - 20)
+    h.tick_at(T0 - 10)
+    assert h.history("m") == []
+    h.tick_at(T0 + 10)
+    assert h.run_ids() == ["run-000001"]
+    assert h.history("m") == [(iso(T0), "running", None)]
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 11)
+    fail(h, monkeypatch, "due_schedules", times=2)
+    h.tick_at(T0 + 60 * MINUTE)
+    h.tick_at(T0 + 62 * MINUTE)
+    h.tick_at(T0 + 65 * MINUTE)
+    assert h.history("m")[1:] == [(iso(T0 + 60 * MINUTE), "skipped-misfire", "store-unavailable")]
+    assert h.supervisor.errors.counts == {"admission": 4}
+    h.tick_at(T0 + 122 * MINUTE)  # late without a store failure: the plain reason
+    assert h.history("m")[2:] == [(iso(T0 + 120 * MINUTE), "skipped-misfire", "late")]
 
 
 def test_the_same_error_is_logged_once_a_minute_and_counted_every_time() -> None:

@@ -211,11 +211,14 @@ def span_entry(span: Span, state: str, reason: str) -> Entry:
 class _Tick:
     """Mutable working state for one schedule's decision in one tick."""
 
-    def __init__(self, view: ScheduleView, now: int, active: int, capacity_left: int) -> None:
+    def __init__(
+        self, view: ScheduleView, now: int, active: int, capacity_left: int, late_reason: str
+    ) -> None:
         self.view = view
         self.now = now
         self.active = active
         self.capacity_left = capacity_left
+        self.late_reason = late_reason
         self.decision = Decision(view.consumed_through, view.candidate)
 
     def late(self, instant: int) -> bool:
@@ -266,7 +269,8 @@ def decide(
     *,
     active: int,
     capacity_left: int,
-    startup: bool = False,
+    owned_at: int | None = None,
+    late_reason: str = "late",
 ) -> Decision:
     """One schedule, one tick (DESIGN section 4, steps 1-4 and 7).
 
@@ -274,18 +278,25 @@ def decide(
     is what remains of max_concurrent_runs. The caller charges `admit` to
     capacity and runs preflight and admission for each admitted instant.
 
+    `owned_at` is when this supervisor took ownership of the store: instants
+    due up to then were missed while no supervisor ran and fall under the
+    startup rule (step 7), however late the first decision that commits is.
+    Every later instant is judged by lateness; `late_reason` is the reason a
+    late one is skipped with (`store-unavailable` when the supervisor could
+    not decide in time because its store was failing).
+
     A calendar that ends makes the schedule exhausted once nothing is held.
     A calendar that answers backward (CalendarError) blocks the schedule and
     the decision makes no progress at all: nothing admitted, nothing
     recorded, the watermark and the candidate as they were.
     """
-    tick = _Tick(view, now, active, capacity_left)
+    tick = _Tick(view, now, active, capacity_left, late_reason)
     decision = tick.decision
     guarded = _Guarded(cal)
     try:
-        if startup:
-            _startup(tick, guarded)
-        else:
+        if owned_at is not None:
+            _startup(tick, guarded, min(owned_at, now))
+        if owned_at is None or owned_at < now:
             _walk_due(tick, guarded)
         if decision.candidate is not None and not decision.admit:
             _retry_candidate(tick, decision.candidate)
@@ -305,17 +316,23 @@ def decide(
     return decision
 
 
-def _startup(tick: _Tick, cal: _Guarded) -> None:
-    """First tick after taking ownership: what was missed while down.
+def _startup(tick: _Tick, cal: _Guarded, through: int) -> None:
+    """What was missed while no supervisor ran: the instants up to `through`,
+    when this supervisor took ownership, and a candidate held from before.
 
     `skip` drops it all, even within lateness; `latest` holds the latest
     missed instant. Either way one row accounts for what was passed over.
+    Once decided it is consumed, so later ticks find nothing here.
     """
     decision, view = tick.decision, tick.view
     if view.misfire == "skip":
-        span = span_between(cal, decision.consumed_through, tick.now)
+        span = (
+            span_between(cal, decision.consumed_through, through)
+            if decision.consumed_through < through
+            else None
+        )
         held = decision.candidate
-        if held is not None and held.why != "queued":
+        if held is not None and held.why != "queued" and held.at <= through:
             decision.entries.append(Entry("skipped-misfire", held.at, "supervisor-down"))
             decision.candidate = None
         elif span is not None:
@@ -328,7 +345,9 @@ def _startup(tick: _Tick, cal: _Guarded) -> None:
             decision.entries.append(span_entry(span, "skipped-misfire", "supervisor-down"))
             decision.consumed_through = span.last
         return
-    instants, jumped = _scan(cal, decision.consumed_through, tick.now)
+    if decision.consumed_through >= through:
+        return
+    instants, jumped = _scan(cal, decision.consumed_through, through)
     if not instants:
         return
     tick.supersede(_superseded_by(instants[0]))
@@ -369,7 +388,7 @@ def _walk_due(tick: _Tick, cal: _Guarded) -> None:
         if not tick.late(instant):
             tick.try_admit(instant, "due")
         elif view.misfire == "skip":
-            decision.entries.append(Entry("skipped-misfire", instant, "late"))
+            decision.entries.append(Entry("skipped-misfire", instant, tick.late_reason))
         else:
             tick.hold(instant, "misfire")
         decision.consumed_through = instant

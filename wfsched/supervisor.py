@@ -245,7 +245,13 @@ class Supervisor:
         the log line if it fails."""
         self._calendars: dict[tuple[str, int], CronCalendar | OneShotCalendar] = {}
         self._round_robin_after = ""
-        self._startup = True
+        self.owned_at: int | None = None
+        """When this supervisor took ownership (its first tick): instants due
+        up to then were missed while none ran (the startup rule); later ones
+        are judged by lateness, however long the store keeps failing."""
+        self._admission_failed = False
+        """The last admission phase did not commit: instants decided late now
+        were late because the store failed (`store-unavailable`)."""
         self._selector: selectors.BaseSelector | None = None
         self._next_retention = 0.0
         self._unlaunched = True
@@ -367,6 +373,8 @@ class Supervisor:
         and skipped; the others still run, and the next tick retries it
         (each phase re-reads its work from the store or its retry list)."""
         now = self.clock()
+        if self.owned_at is None:
+            self.owned_at = int(now)
         self._phase("ingestion", self.ingest_exits)
         self._phase("requests", self.handle_requests)
         if not self.draining:
@@ -442,28 +450,32 @@ class Supervisor:
         """Decide every due schedule in one transaction, then launch."""
         admitted: list[int] = []
         instant_now = int(now)
+        late_reason = "store-unavailable" if self._admission_failed else "late"
+        self._admission_failed = True  # until this decision commits
         with self.store.atomic():
             rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
-            if not rows:
-                self._startup = False
-                return  # the idle tick: one indexed query, nothing more
-            capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
-            budget = self.config.max_admissions_per_tick
-            active = self.store.active_run_counts([row.id for row in rows])
-            for row in rows:
-                if budget <= 0:
-                    self.wake_now = True
-                    break
-                runs = self._decide_one(row, now, active.get(row.id, 0), capacity_left, budget)
-                admitted.extend(runs)
-                capacity_left -= len(runs)
-                budget -= len(runs)
-            self._focus = {}  # the commit is every schedule's
-            if admitted:
-                self.fault("before-admission-commit")
-        # Only a committed decision ends the startup tick: a failed one is
-        # decided again, still under the rules for what was missed meanwhile.
-        self._startup = False
+            if rows:
+                capacity_left = max(
+                    0, self.config.max_concurrent_runs - self.store.executing_count()
+                )
+                budget = self.config.max_admissions_per_tick
+                active = self.store.active_run_counts([row.id for row in rows])
+                for row in rows:
+                    if budget <= 0:
+                        self.wake_now = True
+                        break
+                    runs = self._decide_one(
+                        row, now, active.get(row.id, 0), capacity_left, budget, late_reason
+                    )
+                    admitted.extend(runs)
+                    capacity_left -= len(runs)
+                    budget -= len(runs)
+                self._focus = {}  # the commit is every schedule's
+                if admitted:
+                    self.fault("before-admission-commit")
+        self._admission_failed = False
+        if not rows:
+            return  # the idle tick: one indexed query, nothing more
         if admitted:
             self.fault("after-admission-commit")
         # A burst launches a chunk per tick: the first jobs start at once and
@@ -481,7 +493,13 @@ class Supervisor:
         return after + [row for row in rows if row.id <= self._round_robin_after]
 
     def _decide_one(
-        self, row: ScheduleRow, now: float, active: int, capacity_left: int, budget: int
+        self,
+        row: ScheduleRow,
+        now: float,
+        active: int,
+        capacity_left: int,
+        budget: int,
+        late_reason: str,
     ) -> list[int]:
         self._focus = {"schedule": row.id}
         try:
@@ -504,7 +522,8 @@ class Supervisor:
                     int(now),
                     active=active,
                     capacity_left=min(capacity_left, budget),
-                    startup=self._startup,
+                    owned_at=self.owned_at,
+                    late_reason=late_reason,
                 )
                 return self._persist(row, defn, decision, now)
         except (WfschedError, ValueError, KeyError, TypeError) as exc:
