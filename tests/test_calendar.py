@@ -837,7 +837,7 @@ def test_describe_local_without_calendar() -> None:
         None,
     )
     assert describe_local(epoch("2026-11-01T06:30"), NY, None)[1] == "dst-fold-repeat"
-    with pytest.raises(ValueError, match="unknown time zone"):
+    with pytest.raises(ValueError, match="time zone 'Nowhere/Atall' does not resolve"):
         describe_local(0, "Nowhere/Atall", None)
     with pytest.raises(ValueError, match="is not"):
         describe_local(0, NY, CronCalendar("0 9 * * *", BERLIN))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wfsched.decisions import (
+    Calendar,
     Candidate,
     Entry,
     ask,
@@ -31,6 +32,7 @@ from wfsched.errors import (
     DefinitionError,
     EndOfTime,
     UsageError,
+    ZoneUnavailable,
 )
 from wfsched.model import Definition, OneShotTrigger
 from wfsched.reads import Reads
@@ -69,12 +71,16 @@ class Admin(Reads):
     # -- reading ---------------------------------------------------------------
 
     def definition(self, row: ScheduleRow) -> Definition:
-        """The stored definition, parsed once per (id, revision)."""
+        """The stored definition, parsed once per (id, revision), with the
+        rules it was accepted under (a later release's tighter bounds apply
+        to definitions coming in, never to what the store already holds)."""
         key = (row.id, row.revision)
         cached = self._definitions.get(key)
         if cached is None:
             try:
-                cached = definition_from_document(stored_document(row), f"store:{row.id}")
+                cached = definition_from_document(
+                    stored_document(row), f"store:{row.id}", stored=True
+                )
             except DefinitionError as exc:
                 raise corrupt_definition(row, exc) from None
             self._definitions[key] = cached
@@ -130,10 +136,9 @@ class Admin(Reads):
         keeps no next due instant until then."""
         from wfsched.calendar import calendar_for
 
-        old_cal = calendar_for(self.definition(row).trigger)
         # A paused schedule's span since the pause is paused time, not a miss.
         change = consume_until(
-            old_cal,
+            self._span_calendar(row),
             row.consumed_through,
             _candidate(row),
             int(now),
@@ -240,7 +245,11 @@ class Admin(Reads):
             if row.paused:
                 return self.get(schedule_id), False
             change = consume_until(
-                self._calendar(row), row.consumed_through, _candidate(row), int(now), "pause"
+                self._span_calendar(row),
+                row.consumed_through,
+                _candidate(row),
+                int(now),
+                "pause",
             )
             self._record(row, change.entries, now)
             self.store.update_schedule(
@@ -315,7 +324,11 @@ class Admin(Reads):
         consumed = row.consumed_through
         if not row.paused:
             change = consume_until(
-                self._calendar(row), row.consumed_through, _candidate(row), int(now), "delete"
+                self._span_calendar(row),
+                row.consumed_through,
+                _candidate(row),
+                int(now),
+                "delete",
             )
             self._record(row, change.entries, now)
             consumed = change.consumed_through
@@ -334,13 +347,13 @@ class Admin(Reads):
     def next(
         self, schedule_id: str, count: int = 5, after: str | None = None
     ) -> list[dict[str, Any]]:
-        from wfsched.calendar import CronCalendar, calendar_for, describe_local
+        from wfsched.calendar import CronCalendar, describe_local
 
         if not 1 <= count <= 1000:
             raise UsageError("--count must be between 1 and 1000")
         row = self.row(schedule_id)
         defn = self.definition(row)
-        cal = calendar_for(defn.trigger)
+        cal = self._calendar(row)
         if after is not None:
             try:
                 cursor = parse_instant(after)
@@ -376,10 +389,39 @@ class Admin(Reads):
     def _calendar(self, row: ScheduleRow) -> CronCalendar | OneShotCalendar:
         from wfsched.calendar import calendar_for
 
-        return calendar_for(self.definition(row).trigger)
+        try:
+            return calendar_for(self.definition(row).trigger)
+        except ZoneUnavailable as exc:
+            raise ZoneUnavailable(f"{row.id}: {exc} (`wfsched edit {row.id}`)") from None
+
+    def _span_calendar(self, row: ScheduleRow) -> Calendar:
+        """The calendar that accounts for the span an operation consumes.
+
+        A stored zone that no longer resolves has no instants anyone can
+        list: the supervisor blocked the schedule and ran none of them, so
+        pause, delete and update still do their work, recording no span
+        (the watermark moves on; nothing before it is ever run).
+        """
+        try:
+            return self._calendar(row)
+        except ZoneUnavailable:
+            return _UNLISTABLE
 
     def _record(self, row: ScheduleRow, entries: Iterable[Entry], now: float) -> None:
         record_entries(self.store, row.id, row.revision, entries, now)
+
+
+class _Unlistable:
+    """A calendar with no instant to list (see Admin._span_calendar)."""
+
+    def next_after_epoch(self, t: int) -> int | None:
+        return None
+
+    def prev_before_epoch(self, t: int) -> int | None:
+        return None
+
+
+_UNLISTABLE = _Unlistable()
 
 
 def record_entries(

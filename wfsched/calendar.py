@@ -16,6 +16,7 @@ compare and hash equal as local values, so everything returned is UTC.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import threading
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from wfsched.errors import CalendarError, CalendarExhausted
+from wfsched.errors import CalendarError, CalendarExhausted, ZoneUnavailable
 
 if TYPE_CHECKING:
     from wfsched.model import CronTrigger, OneShotTrigger
@@ -54,10 +55,39 @@ def _zone_names() -> frozenset[str]:
 
 
 def load_zone(name: str) -> zoneinfo.ZoneInfo:
-    """The IANA zone `name`, or ValueError naming what to write instead."""
+    """The IANA zone `name`, or ValueError naming what to write instead.
+
+    The rule for a definition coming in (validate, create, update, apply,
+    edit). A stored one is loaded with `resolve_zone`.
+    """
     if not isinstance(name, str) or name not in _zone_names():
         raise ValueError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin'")
     return zoneinfo.ZoneInfo(name)
+
+
+@functools.cache
+def _host_zone_names() -> frozenset[str]:
+    # What releases before the tz-database-only rule accepted, and may have
+    # stored: every zone file the host's zoneinfo directories list.
+    return frozenset(zoneinfo.available_timezones())
+
+
+def resolve_zone(name: str) -> zoneinfo.ZoneInfo:
+    """The zone of a stored schedule, as earlier releases accepted it.
+
+    A name `load_zone` accepts, or one only the host lists (`localtime`):
+    a schedule accepted then keeps its calendar after an upgrade. A name
+    that resolves neither way (removed from the tz database since, or its
+    file gone) is ZoneUnavailable, naming the zone and what to do.
+    """
+    if isinstance(name, str) and (name in _zone_names() or name in _host_zone_names()):
+        # ZoneInfoNotFoundError is a KeyError; a damaged file, a ValueError.
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            return zoneinfo.ZoneInfo(name)
+    raise ZoneUnavailable(
+        f"time zone {name!r} does not resolve on this host (not in its tz database);"
+        " update the schedule to an IANA name such as 'Europe/Berlin'"
+    )
 
 
 # ---------------------------------------------------------------- expressions
@@ -274,7 +304,7 @@ class CronCalendar:
             raise ValueError(f"{normalized!r} is not normalized; pass it through normalize_cron")
         self.expression = normalized
         self.zone_name = zone
-        self.zone = load_zone(zone)
+        self.zone = resolve_zone(zone)
         self._iter = _croniter(normalized, self.zone)
         self._lock = threading.Lock()
 
@@ -483,7 +513,7 @@ def describe_local(instant: int, zone: str, cal: CronCalendar | None) -> tuple[s
     "dst-fold-repeat" for the second (fold=1) of two instants sharing a wall
     time in a fall fold. Display only: the local value is never compared.
     """
-    local = datetime.fromtimestamp(instant, load_zone(zone))
+    local = datetime.fromtimestamp(instant, resolve_zone(zone))
     offset = local.utcoffset()
     assert offset is not None  # a ZoneInfo always has one
     clock = "%H:%M:%S" if local.second else "%H:%M"

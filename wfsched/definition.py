@@ -10,6 +10,15 @@ The same validator reads two shapes: TOML files and the JSON document the
 store keeps (`Definition.to_document()`), whose absent optional values are
 null. A null value is therefore treated as an absent key; TOML cannot write
 one, so this loosens nothing for files.
+
+Bounds tighten between releases; a definition the store already holds was
+accepted under the rules of its day and must still load after an upgrade,
+or its schedule could be neither run, paused, deleted nor fixed. So a stored
+definition (`stored=True`) is read with the shapes and types every release
+required, but without the bounds that came later: durations over 3650d,
+the size caps, the tz-database-only zone rule (its zone is resolved when its
+calendar is built, `calendar.resolve_zone`) and whole-string patterns.
+Where a deadline is computed, such a duration is clamped to MAX_DURATION.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from wfsched.errors import DefinitionError
-from wfsched.inputs import sample_input, toml_key, validate_bindings
+from wfsched.inputs import sample_input, toml_key, validate_bindings, whole_match
 from wfsched.model import (
     CronTrigger,
     Definition,
@@ -113,21 +122,23 @@ def load_definition_file(path: str | Path, *, now: int | None = None) -> Definit
 
 
 def definition_from_document(
-    doc: Mapping[str, Any], source: str, *, now: int | None = None
+    doc: Mapping[str, Any], source: str, *, now: int | None = None, stored: bool = False
 ) -> Definition:
     """Validate a mapping (parsed TOML or the store's JSON) into a Definition.
 
     `now` (epoch seconds) enables the never-fires probe. It is None when the
     store loads back a definition it already accepted: a cron that fired then
     may legitimately have no future instant now, and that is the supervisor's
-    `exhausted` state, not an invalid definition.
+    `exhausted` state, not an invalid definition. `stored`: read a definition
+    the store holds, without the bounds added since it was accepted (see the
+    module docstring).
     """
     top = _table(doc, source, "", _TOP_KEYS)
-    schedule_id = _schedule_id(top.get("id"), source)
+    schedule_id = _schedule_id(top.get("id"), source, stored)
     description = top.get("description")
     if description is not None and not isinstance(description, str):
         raise DefinitionError(source, "description", "must be a string")
-    if description is not None and _utf8_len(description) > MAX_DESCRIPTION_BYTES:
+    if description is not None and not stored and _utf8_len(description) > MAX_DESCRIPTION_BYTES:
         raise DefinitionError(
             source,
             "description",
@@ -137,14 +148,16 @@ def definition_from_document(
         raise DefinitionError(source, "trigger", "required: a [trigger] table with `cron` or `at`")
     if "run" not in top:
         raise DefinitionError(source, "run", "required: a [run] table with `command`")
-    trigger = _trigger(_table(top["trigger"], source, "trigger", _TRIGGER_KEYS), source, now)
-    run = _run(_table(top["run"], source, "run", _RUN_KEYS), source)
-    policy = _policy(_table(top.get("policy", {}), source, "policy", _POLICY_KEYS), source)
+    trigger = _trigger(
+        _table(top["trigger"], source, "trigger", _TRIGGER_KEYS), source, now, stored
+    )
+    run = _run(_table(top["run"], source, "run", _RUN_KEYS), source, stored)
+    policy = _policy(_table(top.get("policy", {}), source, "policy", _POLICY_KEYS), source, stored)
     notify = _table(top.get("notify", {}), source, "notify", _NOTIFY_KEYS)
     on_failure = None
     if notify.get("on_failure") is not None:
-        on_failure = validate_argv(notify["on_failure"], source, "notify.on_failure")
-    bindings = validate_bindings(top.get("input", []), source)
+        on_failure = validate_argv(notify["on_failure"], source, "notify.on_failure", stored=stored)
+    bindings = validate_bindings(top.get("input", []), source, stored=stored)
     sample_input(bindings, schedule_id, source=source)
     return Definition(
         id=schedule_id,
@@ -194,10 +207,10 @@ def canonical_json(defn: Definition) -> str:
     return json.dumps(defn.to_document(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _schedule_id(value: object, source: str) -> str:
+def _schedule_id(value: object, source: str, stored: bool) -> str:
     if value is None:
         raise DefinitionError(source, "id", 'required, e.g. id = "hourly-report"')
-    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+    if not isinstance(value, str) or not whole_match(ID_PATTERN, value, stored=stored):
         raise DefinitionError(
             source,
             "id",
@@ -207,7 +220,7 @@ def _schedule_id(value: object, source: str) -> str:
     return value
 
 
-def _trigger(table: Mapping[str, Any], source: str, now: int | None) -> Trigger:
+def _trigger(table: Mapping[str, Any], source: str, now: int | None, stored: bool) -> Trigger:
     # Lazy: croniter costs tens of ms, and `list`/`get` never need it.
     from wfsched import calendar
 
@@ -236,7 +249,8 @@ def _trigger(table: Mapping[str, Any], source: str, now: int | None) -> Trigger:
     except ValueError as exc:
         raise DefinitionError(source, "trigger.cron", str(exc)) from None
     try:
-        calendar.load_zone(timezone)
+        if not stored:
+            calendar.load_zone(timezone)
     except ValueError as exc:
         raise DefinitionError(source, "trigger.timezone", str(exc)) from None
     if now is not None:
@@ -299,7 +313,7 @@ def _representable(at: int, written: str, source: str) -> int:
     return at
 
 
-def _run(table: Mapping[str, Any], source: str) -> RunSpec:
+def _run(table: Mapping[str, Any], source: str, stored: bool) -> RunSpec:
     if table.get("command") is None:
         raise DefinitionError(
             source,
@@ -312,11 +326,11 @@ def _run(table: Mapping[str, Any], source: str) -> RunSpec:
             raise DefinitionError(
                 source, "run.command", "must be a non-blank shell command string or an argv list"
             )
-        _check_text(written, source, "run.command", MAX_ARGV_BYTES)
+        _check_text(written, source, "run.command", None if stored else MAX_ARGV_BYTES)
         command: tuple[str, ...] = (*SHELL, written)
         command_written: str | tuple[str, ...] = written
     else:
-        command = command_written = validate_argv(written, source, "run.command")
+        command = command_written = validate_argv(written, source, "run.command", stored=stored)
     cwd = table.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
         # Relative to what? The supervisor's directory, the file's, the
@@ -325,8 +339,8 @@ def _run(table: Mapping[str, Any], source: str) -> RunSpec:
             source, "run.cwd", f'{cwd!r} must be an absolute path such as "/srv/reports"'
         )
     if cwd is not None:
-        _check_text(cwd, source, "run.cwd", MAX_PATH_BYTES)
-    timeout = _duration(table, "timeout", None, source, "run")
+        _check_text(cwd, source, "run.cwd", None if stored else MAX_PATH_BYTES)
+    timeout = _duration(table, "timeout", None, source, "run", stored)
     if timeout == 0:
         raise DefinitionError(source, "run.timeout", "must be positive (omit it for no timeout)")
     exit_code = table.get("interrupt_exit_code")
@@ -342,26 +356,26 @@ def _run(table: Mapping[str, Any], source: str) -> RunSpec:
         command=command,
         command_written=command_written,
         cwd=cwd,
-        env=_env(table.get("env", {}), source),
+        env=_env(table.get("env", {}), source, stored),
         timeout=timeout,
-        kill_grace=cast(int, _duration(table, "kill_grace", 10, source, "run")),
+        kill_grace=cast(int, _duration(table, "kill_grace", 10, source, "run", stored)),
         interrupt_exit_code=exit_code,
     )
 
 
-def _env(value: object, source: str) -> tuple[tuple[str, str], ...]:
+def _env(value: object, source: str, stored: bool) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping):
         raise DefinitionError(
             source, "run.env", 'must be a table of strings, e.g. { LANG = "C.UTF-8" }'
         )
-    if len(value) > MAX_ENV_VARS:
+    if len(value) > MAX_ENV_VARS and not stored:
         raise DefinitionError(
             source, "run.env", f"{len(value):,} variables; at most {MAX_ENV_VARS} are allowed"
         )
     pairs = []
     for name, text in value.items():
         path = f"run.env.{toml_key(name)}"
-        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+        if not isinstance(name, str) or not whole_match(ENV_NAME, name, stored=stored):
             raise DefinitionError(
                 source,
                 path,
@@ -375,10 +389,10 @@ def _env(value: object, source: str) -> tuple[tuple[str, str], ...]:
             raise DefinitionError(
                 source, path, f"must be a string (quote it: {json.dumps(str(text))})"
             )
-        _check_text(text, source, path, MAX_ENV_BYTES)
+        _check_text(text, source, path, None if stored else MAX_ENV_BYTES)
         pairs.append((name, text))
     size = sum(_utf8_len(name) + 1 + _utf8_len(text) for name, text in pairs)
-    if size > MAX_ENV_BYTES:
+    if size > MAX_ENV_BYTES and not stored:
         raise DefinitionError(
             source,
             "run.env",
@@ -389,7 +403,7 @@ def _env(value: object, source: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs))
 
 
-def _policy(table: Mapping[str, Any], source: str) -> Policy:
+def _policy(table: Mapping[str, Any], source: str, stored: bool) -> Policy:
     overlap = table.get("overlap", "skip")
     if overlap not in _OVERLAPS:
         raise DefinitionError(
@@ -420,14 +434,16 @@ def _policy(table: Mapping[str, Any], source: str) -> Policy:
         overlap=cast(Overlap, overlap),
         max_active_runs=limit,
         misfire=cast(Misfire, misfire),
-        lateness=cast(int, _duration(table, "lateness", 60, source, "policy")),
+        lateness=cast(int, _duration(table, "lateness", 60, source, "policy", stored)),
     )
 
 
-def validate_argv(value: object, source: str, path: str) -> tuple[str, ...]:
+def validate_argv(
+    value: object, source: str, path: str, *, stored: bool = False
+) -> tuple[str, ...]:
     """A non-empty list of non-empty strings that exec can take: no NUL (exec
     would refuse it at launch, long after validation said yes) and at most
-    MAX_ARGV_BYTES in all."""
+    MAX_ARGV_BYTES in all (not checked for a `stored` definition)."""
     if not isinstance(value, list) or not value:
         raise DefinitionError(
             source,
@@ -437,22 +453,23 @@ def validate_argv(value: object, source: str, path: str) -> tuple[str, ...]:
     for index, item in enumerate(value):
         if not isinstance(item, str) or not item:
             raise DefinitionError(source, f"{path}[{index}]", "must be a non-empty string")
-        _check_text(item, source, f"{path}[{index}]", MAX_ARGV_BYTES)
+        _check_text(item, source, f"{path}[{index}]", None if stored else MAX_ARGV_BYTES)
     size = sum(_utf8_len(item) + 1 for item in value)
-    if size > MAX_ARGV_BYTES:
+    if size > MAX_ARGV_BYTES and not stored:
         raise DefinitionError(
             source, path, f"{size:,} bytes in all; at most {MAX_ARGV_BYTES:,} (64 KiB)"
         )
     return tuple(value)
 
 
-def _check_text(text: str, source: str, path: str, limit: int) -> None:
-    """No NUL (the C strings of exec and chdir end at one) and at most `limit` bytes."""
+def _check_text(text: str, source: str, path: str, limit: int | None) -> None:
+    """No NUL (the C strings of exec and chdir end at one) and at most `limit`
+    bytes (None: no limit, for a stored definition)."""
     if "\0" in text:
         raise DefinitionError(
             source, path, "contains a NUL character (\\0), which the operating system cannot pass"
         )
-    if _utf8_len(text) > limit:
+    if limit is not None and _utf8_len(text) > limit:
         raise DefinitionError(source, path, f"{_utf8_len(text):,} bytes; at most {limit:,} (UTF-8)")
 
 
@@ -462,13 +479,18 @@ def _utf8_len(text: str) -> int:
 
 
 def _duration(
-    table: Mapping[str, Any], key: str, default: int | None, source: str, parent: str
+    table: Mapping[str, Any],
+    key: str,
+    default: int | None,
+    source: str,
+    parent: str,
+    stored: bool,
 ) -> int | None:
     value = table.get(key)
     if value is None:
         return default
     try:
-        return parse_duration(value)
+        return parse_duration(value, bounded=not stored)
     except ValueError as exc:
         raise DefinitionError(source, f"{parent}.{key}", str(exc)) from None
 

@@ -70,6 +70,18 @@ class CalendarError(WfschedError, ValueError):
     exit_code = 1
 
 
+class ZoneUnavailable(WfschedError, ValueError):
+    """A stored schedule's time zone does not resolve on this host.
+
+    Earlier releases accepted any zone file the host listed; a name can also
+    leave the tz database. The schedule stays readable, pausable, deletable
+    and updatable; what needs its calendar (deciding, resume, `next`) says
+    which zone and to update the schedule.
+    """
+
+    exit_code = 1
+
+
 class CalendarExhausted(WfschedError):
     """The expression has no further instant (croniter's CroniterBadDateError).
 

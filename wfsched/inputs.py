@@ -48,17 +48,28 @@ SAMPLE_INSTANT = 1_798_761_600
 """2027-01-01T00:00:00Z. Any instant does: the RFC 3339 text and the
 occurrence id have the same length for every instant."""
 
-# Applied with fullmatch: `$` would also match before a final newline.
+# Applied with fullmatch (see `whole_match`).
 _SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def validate_bindings(raw: object, source: str) -> tuple[Binding, ...]:
+def whole_match(pattern: re.Pattern[str], text: str, *, stored: bool = False) -> bool:
+    """`text` is one whole match of `pattern`.
+
+    A stored value may end in one newline: earlier releases matched with
+    `^...$`, whose `$` also matches before a final newline, so they accepted
+    and stored such values, and those must still load.
+    """
+    return pattern.fullmatch(text.removesuffix("\n") if stored else text) is not None
+
+
+def validate_bindings(raw: object, source: str, *, stored: bool = False) -> tuple[Binding, ...]:
     """Validate the `input` array of tables into frozen bindings.
 
     Checks shapes, strict-JSON literals, target syntax and conflicts, and the
     count/depth/node bounds. The 64 KiB bound needs the schedule id, so the
-    caller checks it with `sample_input`.
+    caller checks it with `sample_input`. `stored`: a definition from the
+    store, read with the rules it was accepted under (`whole_match`).
     """
     if not isinstance(raw, list):
         raise DefinitionError(source, "input", "must be an array of tables ([[input]])")
@@ -75,7 +86,7 @@ def validate_bindings(raw: object, source: str) -> tuple[Binding, ...]:
             raise DefinitionError(source, path, "must be a table with `target` and one expression")
         _reject_unknown(table, ("target", *EXPRESSION_KINDS), source, path)
         target = table.get("target")
-        parts = _target_segments(target, source, f"{path}.target")
+        parts = _target_segments(target, source, f"{path}.target", stored)
         expression = {k: v for k, v in table.items() if k != "target"}
         counter = _Counter()
         checked = _expression(expression, source, path, depth=0, counter=counter)
@@ -251,13 +262,13 @@ def _strict_json(value: object, source: str, path: str, depth: int) -> Any:
     raise DefinitionError(source, path, f"{type(value).__name__} is not a JSON value")
 
 
-def _target_segments(target: object, source: str, path: str) -> tuple[str, ...]:
+def _target_segments(target: object, source: str, path: str, stored: bool) -> tuple[str, ...]:
     if target is None:
         raise DefinitionError(source, path, 'required: a dotted path such as "report.time"')
     if not isinstance(target, str):
         raise DefinitionError(source, path, 'must be a string, a dotted path such as "report.time"')
     parts = tuple(target.split("."))
-    bad = [p for p in parts if not _SEGMENT.fullmatch(p)]
+    bad = [p for p in parts if not whole_match(_SEGMENT, p, stored=stored)]
     if bad:
         raise DefinitionError(
             source,

@@ -50,7 +50,7 @@ from wfsched.rundirs import (
 from wfsched.sdnotify import Notifier
 from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, Store, run_id
 from wfsched.tickerrors import META_KEY, TickErrors, describe
-from wfsched.timeutil import Clock, format_instant, occurrence_id, wall_clock
+from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
 
 ABANDONED = (
     "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
@@ -1365,14 +1365,19 @@ class Supervisor:
 
 
 def _invocation(defn: Definition, document: Any) -> str:
+    """The frozen invocation. A stored definition from an earlier release may
+    carry a timeout or kill_grace longer than MAX_DURATION: clamped here, so
+    every deadline the shim computes stays representable (ten years still
+    means "never" in practice)."""
+    timeout = defn.run.timeout
     return json.dumps(
         {
             "command": list(defn.run.command),
             "cwd": defn.run.cwd,
             "env": dict(defn.run.env),
             "input": document,
-            "timeout": defn.run.timeout,
-            "kill_grace": defn.run.kill_grace,
+            "timeout": None if timeout is None else min(timeout, MAX_DURATION),
+            "kill_grace": min(defn.run.kill_grace, MAX_DURATION),
             "interrupt_exit_code": defn.run.interrupt_exit_code,
         }
     )

@@ -105,8 +105,13 @@ _DURATION = re.compile(r"([0-9]+)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(value: object) -> int:
-    """Integer seconds or `<n>s|m|h|d`; anything else raises ValueError."""
+def parse_duration(value: object, *, bounded: bool = True) -> int:
+    """Integer seconds or `<n>s|m|h|d`; anything else raises ValueError.
+
+    `bounded=False` skips the MAX_DURATION check, for stored definitions
+    only: earlier releases stored longer durations, which must still load
+    (their users clamp them where a deadline is computed).
+    """
     if isinstance(value, bool):
         raise ValueError("expected seconds or a duration like '90s', '5m', '2h', '1d'")
     seconds = None
@@ -124,7 +129,8 @@ def parse_duration(value: object) -> int:
         raise ValueError(
             f"{value!r} is not a duration; use integer seconds or '<n>s', '<n>m', '<n>h', '<n>d'"
         )
-    check_duration(seconds, value)
+    if bounded:
+        check_duration(seconds, value)
     return seconds
 
 

@@ -31,6 +31,8 @@ def audit(state: CliState, as_json: bool) -> None:
                 part for part in (violation["schedule_id"], violation["run_id"]) if part
             )
             say(f"{violation['check']}: {subject or '-'}: {violation['detail']}")
+        for item in report["notes"]:
+            say(f"note: {item['schedule_id']}: {item['detail']}")
         checked = ", ".join(f"{count} {name}" for name, count in report["checked"].items())
         verdict = "ok" if report["ok"] else f"{len(report['violations'])} violation(s)"
         say(f"audit: {verdict} (checked {checked or 'nothing'})")
