@@ -157,7 +157,7 @@ def test_the_supervisor_runs_old_rows_and_clamps_an_out_of_range_timeout(tmp_pat
     assert run["invocation"]["timeout"] == MAX_DURATION
 
 
-def test_a_zone_that_no_longer_resolves_blocks_its_schedule_until_updated(
+def test_a_zone_that_no_longer_resolves_blocks_its_schedule_until_updated_and_resumed(
     tmp_path: Path,
 ) -> None:
     h = old_harness(tmp_path, ("gone", {"trigger.timezone": GONE_ZONE}))
@@ -172,5 +172,7 @@ def test_a_zone_that_no_longer_resolves_blocks_its_schedule_until_updated(
     assert h.store.get_request(trigger).state == "done"  # type: ignore[union-attr]
     text = 'id = "gone"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["true"]\n'
     h.admin.update(parse_definition(text, "gone.toml", now=int(h.clock())), expected_revision=1)
+    assert h.store.get_schedule("gone").blocked_reason == reason  # type: ignore[union-attr]
+    h.admin.resume("gone")  # only resume clears a block; the calendar resolves now
     h.tick_at(T0 + 3600)
     assert h.history("gone") == [(iso(T0 + 3600), "running", None)]
