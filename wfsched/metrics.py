@@ -1,0 +1,431 @@
+"""Prometheus metrics: the loop publishes a snapshot, scrapes render it.
+
+`Metrics` is the supervisor's observer. It runs on the loop's thread: at
+startup it derives the counters from the store (so they continue across a
+restart), and at the end of every tick it folds in what the tick committed
+and publishes an immutable `Snapshot` (one reference assignment). A scrape
+(``wfsched.metrics_render`, on the HTTP server's thread) reads only the latest snapshot; it
+never touches the store or the loop's state, so a slow scrape cannot slow a
+tick, and a tick never waits for a scrape.
+
+Per-tick cost is kept small: the idle tick asks the store for three tiny
+things (has another process committed, the newest ledger sequence number, the
+unfinished-run counts from their partial index) and copies a family's data
+only when it changed.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.utils import floatToGoString
+
+from wfsched.calendar import calendar_for
+from wfsched.errors import WfschedError
+from wfsched.model import CronTrigger
+from wfsched.observe import Observer
+from wfsched.timeutil import Clock, wall_clock
+
+if TYPE_CHECKING:
+    from wfsched.admin import Admin
+    from wfsched.store import ScheduleRow, Store
+
+STALE_AFTER_POLLS = 3
+"""/healthz turns 503 when the loop has not ticked for this many poll intervals."""
+
+TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DURATION_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+
+_TOKEN = re.compile(r"[a-z][a-z-]{0,31}")
+_REASON_PREFIXES = (
+    ("a run of this schedule is unfinished", "overlap"),
+    ("max_active_runs", "max-active-runs"),
+    ("superseded by a newer instant", "newer-instant"),
+    ("no further instant", "calendar-exhausted"),
+    ("cwd ", "cwd"),
+    ("executable ", "executable"),
+    ("input:", "input"),
+)
+
+
+def reason_label(reason: str | None) -> str:
+    """A ledger reason as a label value from a small fixed vocabulary.
+
+    Reasons can carry paths and instants; a label must not (each distinct
+    value is a new series). One-word reasons (`supervisor-down`, `capacity`,
+    `late`, `paused`, `update`...) are kept; sentences map to a word for their
+    kind; anything else is `other`.
+    """
+    if not reason:
+        return ""
+    if _TOKEN.fullmatch(reason):
+        return reason
+    for prefix, label in _REASON_PREFIXES:
+        if reason.startswith(prefix):
+            return label
+    return "other"
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """One histogram's observations: count per bucket (the last is +Inf) and sum."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    total: float = 0.0
+
+    @classmethod
+    def empty(cls, bounds: tuple[float, ...]) -> Buckets:
+        return cls(bounds, (0,) * (len(bounds) + 1))
+
+    def observe(self, value: float) -> Buckets:
+        index = next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))
+        counts = list(self.counts)
+        counts[index] += 1
+        return Buckets(self.bounds, tuple(counts), self.total + value)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        running = 0
+        pairs = []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            pairs.append((floatToGoString(bound), float(running)))
+        return pairs
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a scrape shows, as of the end of one tick. Never mutated."""
+
+    host: str
+    store_kind: str
+    leader: bool
+    lease_epoch: int
+    started_at: float
+    poll_interval: float
+    last_tick_at: float | None
+    last_tick_monotonic: float | None
+    executing: int
+    interrupted: int
+    blocked: int
+    tick_seconds: Buckets
+    launch_latency: Buckets
+    occurrences: Mapping[tuple[str, str, str], int]
+    runs: Mapping[tuple[str, str], int]
+    schedule_gauges: Mapping[str, Mapping[str, float]]
+    """Gauge family name -> schedule -> value."""
+    run_duration: Mapping[str, Buckets]
+
+
+SCHEDULE_GAUGES = {
+    "wfsched_schedule_next_due_timestamp_seconds": (
+        "Next calendar instant the schedule is due (Unix time); absent while"
+        " paused, blocked, exhausted or deleted."
+    ),
+    "wfsched_schedule_last_success_timestamp_seconds": (
+        "When the schedule's latest completed run finished (Unix time)."
+    ),
+    "wfsched_schedule_last_failure_timestamp_seconds": (
+        "When the schedule's latest failure was recorded (a failed run, not an"
+        " operator's cancel, or a preflight-rejected occurrence; Unix time)."
+    ),
+    "wfsched_schedule_lateness_seconds": (
+        "The schedule's lateness policy: how late an instant may still start;"
+        " active schedules only."
+    ),
+    "wfsched_schedule_period_seconds": (
+        "Length of the calendar interval that ends at the next due instant; active"
+        " cron schedules only."
+    ),
+    "wfsched_schedule_created_timestamp_seconds": "When the schedule was created (Unix time).",
+}
+_NEXT_DUE, _LAST_SUCCESS, _LAST_FAILURE, _LATENESS, _PERIOD, _CREATED = SCHEDULE_GAUGES
+
+
+@dataclass
+class _Family:
+    """Loop-side data of one family and whether it changed since publishing."""
+
+    data: dict[Any, Any] = field(default_factory=dict)
+    published: Mapping[Any, Any] = field(default_factory=lambda: MappingProxyType({}))
+    dirty: bool = False
+
+    def set(self, key: Any, value: Any) -> None:
+        if self.data.get(key) != value:
+            self.data[key] = value
+            self.dirty = True
+
+    def drop(self, key: Any) -> None:
+        if self.data.pop(key, None) is not None:
+            self.dirty = True
+
+    def add(self, key: Any, amount: int) -> None:
+        self.data[key] = self.data.get(key, 0) + amount
+        self.dirty = True
+
+    def publish(self) -> Mapping[Any, Any]:
+        if self.dirty:
+            self.published = MappingProxyType(dict(self.data))
+            self.dirty = False
+        return self.published
+
+
+class Metrics(Observer):
+    """The supervisor's metrics observer (loop thread) and its published snapshot."""
+
+    def __init__(
+        self,
+        *,
+        poll_interval: float,
+        host: str | None = None,
+        store_kind: str = "sqlite",
+        clock: Clock = wall_clock,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.poll_interval = poll_interval
+        self.host = host or socket.gethostname()
+        self.store_kind = store_kind
+        self.clock = clock
+        self.monotonic = monotonic
+        self.started_at = clock()
+        self._store: Store | None = None
+        self._admin: Admin | None = None
+        self._snapshot: Snapshot | None = None
+        self._data_version: int | None = None
+        self._ledger_seq = 0
+        self._changed: set[str] = set()
+        self._launched: list[int] = []
+        self._ended: list[int] = []
+        self._shape: dict[str, tuple[int, int | None]] = {}
+        """schedule -> (revision, next_due) the period gauge was computed for."""
+        self._blocked: set[str] = set()
+        self._occurrences = _Family()
+        self._runs = _Family()
+        self._gauges = {name: _Family() for name in SCHEDULE_GAUGES}
+        self._durations = _Family()
+        self._tick = Buckets.empty(TICK_BUCKETS)
+        self._latency = Buckets.empty(LATENCY_BUCKETS)
+        self._last_tick: tuple[float, float] | None = None
+        self._unfinished: dict[str, int] = {}
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The latest published snapshot (safe from any thread)."""
+        return self._snapshot
+
+    # -- the observer interface (loop thread) -------------------------------------
+
+    def started(self, store: Store, admin: Admin) -> None:
+        self._store, self._admin = store, admin
+        self.started_at = self.clock()
+        with store.snapshot():
+            self._data_version = store.data_version()
+            self._fold_ledger(store)
+            for item in store.finished_run_counts():
+                outcome = "cancelled" if item.cancelled else item.state
+                self._runs.add((item.schedule_id, outcome), item.count)
+                if item.last_finished_at is not None and outcome != "cancelled":
+                    family = _LAST_SUCCESS if item.state == "completed" else _LAST_FAILURE
+                    self._latest(family, item.schedule_id, item.last_finished_at)
+            self._reload_schedules(store.list_schedules())
+            self._unfinished = store.unfinished_run_states()
+        self._publish()
+
+    def ticked(self, seconds: float | None) -> None:
+        store = self._store
+        if store is None:
+            return
+        if seconds is not None:
+            self._tick = self._tick.observe(seconds)
+        with store.snapshot():
+            version = store.data_version()
+            if version != self._data_version:
+                # A CLI command committed (create, update, pause, delete,
+                # trigger...): re-read the schedules once.
+                self._data_version = version
+                self._reload_schedules(store.list_schedules())
+                self._changed.clear()
+            elif self._changed:
+                rows = store.schedules_by_id(sorted(self._changed))
+                self._changed.clear()
+                for schedule_id in rows:
+                    self._schedule(rows[schedule_id])
+            self._fold_ledger(store)
+            if self._launched or self._ended:
+                self._fold_runs(store)
+            self._unfinished = store.unfinished_run_states()
+        self._last_tick = (self.clock(), self.monotonic())
+        self._publish()
+
+    def schedule_changed(self, schedule_id: str) -> None:
+        self._changed.add(schedule_id)
+
+    def run_launched(self, seq: int) -> None:
+        self._launched.append(seq)
+
+    def run_ended(self, seq: int) -> None:
+        self._ended.append(seq)
+
+    # -- folding committed facts in --------------------------------------------------
+
+    def _fold_ledger(self, store: Store) -> None:
+        """Ledger rows recorded since the last look, by anyone (the supervisor,
+        or `pause`/`resume`/`update` in a CLI process): an index range on the
+        row sequence, empty on an idle tick."""
+        newest = store.last_occurrence_seq()
+        if newest <= self._ledger_seq:
+            return
+        for item in store.ledger_counts(self._ledger_seq, newest):
+            key = (item.schedule_id, item.state, reason_label(item.reason))
+            self._occurrences.add(key, item.count)
+            if item.state == "preflight-rejected":
+                self._latest(_LAST_FAILURE, item.schedule_id, item.last_recorded_at)
+        self._ledger_seq = newest
+
+    def _fold_runs(self, store: Store) -> None:
+        launched, ended = set(self._launched), set(self._ended)
+        self._launched, self._ended = [], []
+        for run in store.run_facts(sorted(launched | ended)):
+            # Attempt 1 only: a resumed attempt is not late for its instant.
+            if (
+                run.seq in launched
+                and run.kind == "scheduled"
+                and run.attempt == 1
+                and run.started_at is not None
+            ):
+                self._latency = self._latency.observe(max(0.0, run.started_at - run.scheduled_at))
+            if run.seq not in ended or run.state not in ("completed", "failed"):
+                continue
+            outcome = "cancelled" if run.reason == "cancelled" else run.state
+            self._runs.add((run.schedule_id, outcome), 1)
+            if run.finished_at is None:
+                continue
+            if outcome == "completed":
+                self._latest(_LAST_SUCCESS, run.schedule_id, run.finished_at)
+            elif outcome == "failed":
+                self._latest(_LAST_FAILURE, run.schedule_id, run.finished_at)
+            if run.started_at is not None:
+                current = self._durations.data.get(run.schedule_id) or Buckets.empty(
+                    DURATION_BUCKETS
+                )
+                self._durations.set(
+                    run.schedule_id, current.observe(max(0.0, run.finished_at - run.started_at))
+                )
+
+    def _latest(self, family: str, schedule_id: str, at: float) -> None:
+        gauges = self._gauges[family]
+        if at > gauges.data.get(schedule_id, float("-inf")):
+            gauges.set(schedule_id, at)
+
+    def _reload_schedules(self, rows: list[ScheduleRow]) -> None:
+        present = {row.id for row in rows}
+        for schedule_id in list(self._gauges[_CREATED].data):
+            if schedule_id not in present:
+                self._forget(schedule_id)
+        for row in rows:
+            self._schedule(row)
+
+    def _forget(self, schedule_id: str) -> None:
+        """A deleted schedule: its gauges go; its counters stay (history)."""
+        for gauges in self._gauges.values():
+            gauges.drop(schedule_id)
+        self._blocked.discard(schedule_id)
+        self._shape.pop(schedule_id, None)
+
+    def _schedule(self, row: ScheduleRow) -> None:
+        if row.deleted_at is not None:
+            self._forget(row.id)
+            return
+        self._gauges[_CREATED].set(row.id, row.created_at)
+        if row.blocked_reason:
+            self._blocked.add(row.id)
+        else:
+            self._blocked.discard(row.id)
+        if row.next_due is None:
+            self._gauges[_NEXT_DUE].drop(row.id)
+        else:
+            self._gauges[_NEXT_DUE].set(row.id, float(row.next_due))
+        if row.state != "active":
+            self._gauges[_LATENESS].drop(row.id)
+            self._gauges[_PERIOD].drop(row.id)
+            self._shape.pop(row.id, None)
+            return
+        shape = (row.revision, row.next_due)
+        if self._shape.get(row.id) == shape:
+            return
+        self._shape[row.id] = shape
+        lateness, period = self._policy(row)
+        if lateness is None:
+            self._gauges[_LATENESS].drop(row.id)
+        else:
+            self._gauges[_LATENESS].set(row.id, lateness)
+        if period is None:
+            self._gauges[_PERIOD].drop(row.id)
+        else:
+            self._gauges[_PERIOD].set(row.id, period)
+
+    def _policy(self, row: ScheduleRow) -> tuple[float | None, float | None]:
+        """Lateness and period, computed only when the revision or the next
+        due instant changed (one calendar step back from the next instant)."""
+        assert self._admin is not None
+        try:
+            defn = self._admin.definition(row)
+        except (WfschedError, ValueError):
+            return None, None
+        lateness = float(defn.policy.lateness)
+        if row.next_due is None or not isinstance(defn.trigger, CronTrigger):
+            return lateness, None
+        try:
+            previous = calendar_for(defn.trigger).prev_before_epoch(row.next_due)
+        except (WfschedError, ValueError, KeyError):
+            return lateness, None
+        return lateness, None if previous is None else float(row.next_due - previous)
+
+    def _publish(self) -> None:
+        tick_at, tick_mono = self._last_tick if self._last_tick else (None, None)
+        self._snapshot = Snapshot(
+            host=self.host,
+            store_kind=self.store_kind,
+            # SQLite: the supervisor holding the store's lock is the only one,
+            # so it always leads; there is no lease, hence epoch 0.
+            leader=True,
+            lease_epoch=0,
+            started_at=self.started_at,
+            poll_interval=self.poll_interval,
+            last_tick_at=tick_at,
+            last_tick_monotonic=tick_mono,
+            executing=self._unfinished.get("running", 0),
+            interrupted=self._unfinished.get("interrupted", 0),
+            blocked=len(self._blocked),
+            tick_seconds=self._tick,
+            launch_latency=self._latency,
+            occurrences=self._occurrences.publish(),
+            runs=self._runs.publish(),
+            schedule_gauges=MappingProxyType(
+                {name: family.publish() for name, family in self._gauges.items()}
+            ),
+            run_duration=self._durations.publish(),
+        )
+
+
+# -- health (HTTP thread) ----------------------------------------------------------
+
+
+def health(snapshot: Snapshot | None, now_monotonic: float) -> tuple[int, str]:
+    """(HTTP status, body) of /healthz: 200 while the loop ticks, 503 when it
+    has not ticked for more than STALE_AFTER_POLLS poll intervals."""
+    if snapshot is None or snapshot.last_tick_monotonic is None:
+        return 503, "starting: no tick yet\n"
+    role = "leader" if snapshot.leader else "standby"
+    silent = now_monotonic - snapshot.last_tick_monotonic
+    limit = STALE_AFTER_POLLS * snapshot.poll_interval
+    if silent > limit:
+        return 503, f"{role} stalled: no tick for {silent:.1f}s (limit {limit:g}s)\n"
+    return 200, f"{role} ok\n"
