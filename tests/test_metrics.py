@@ -196,8 +196,9 @@ def test_an_idle_tick_reads_no_schedule_rows(h: Harness, monkeypatch: pytest.Mon
     snap = h.tick_at(T0 - 19)
     assert before is not None
     # Unchanged families are the same objects: nothing was copied either.
-    assert snap.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"] is (
-        before.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"]
+    assert (
+        snap.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"]
+        is (before.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"])
     )
 
 
@@ -238,9 +239,7 @@ def test_the_renderer_reuses_only_what_did_not_change(h: Harness) -> None:
     }
     assert due == {"a": T0 + MINUTE, "b": T0 + MINUTE, "c": T0 + MINUTE}
     runs = [s for s in families["wfsched_runs"].samples if s.name == "wfsched_runs_total"]
-    assert [(s.labels, s.value) for s in runs] == [
-        ({"schedule": "b", "outcome": "completed"}, 1.0)
-    ]
+    assert [(s.labels, s.value) for s in runs] == [({"schedule": "b", "outcome": "completed"}, 1.0)]
 
 
 def test_listen_addresses() -> None:
