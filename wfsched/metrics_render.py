@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -49,37 +50,42 @@ def _family_text(metric: Metric) -> tuple[bytes, bytes]:
     return text[:cut], text[cut:]
 
 
-class _PerSchedule:
-    """One labelled-by-schedule family, rendered schedule by schedule.
+class _Keyed:
+    """One labelled family, rendered label set by label set.
 
-    Each schedule's sample lines are kept with the value they show; a scrape
-    re-renders only the schedules whose value changed, and the whole family
-    is reused when its published mapping is the same object as last time.
+    Each key's sample lines are kept; a scrape finds the keys whose value
+    changed since the mapping it rendered last (a set difference of the two
+    mappings' items, done in C) and renders only those. The whole family is
+    reused when the published mapping is the same object as last time.
     """
 
-    def __init__(self, build: Callable[[str, Any], Metric]) -> None:
+    def __init__(self, build: Callable[[Any, Any], Metric]) -> None:
         self.build = build
-        self.source: Mapping[str, Any] | None = None
-        self.text = b""
-        self.lines: dict[str, tuple[Any, bytes]] = {}
+        self.source: Mapping[str, Any] = MappingProxyType({})
+        self.header, _ = _family_text(build("", None))
+        self.lines: dict[Any, bytes] = {}
+        self.text = self.header
 
-    def render(self, data: Mapping[str, Any]) -> bytes:
+    def render(self, data: Mapping[Any, Any]) -> bytes:
         if data is self.source:
             return self.text
-        header = b""
-        lines: dict[str, tuple[Any, bytes]] = {}
-        for schedule_id, value in data.items():
-            cached = self.lines.get(schedule_id)
-            if cached is None or cached[0] != value:
-                header, body = _family_text(self.build(schedule_id, value))
-                cached = (value, body)
-            lines[schedule_id] = cached
-        if not header:
-            header, _ = _family_text(self.build("", None))
-        self.lines = lines
+        for key in self.source.keys() - data.keys():
+            del self.lines[key]
+        for key, value in data.items() - self.source.items():
+            self.lines[key] = _family_text(self.build(key, value))[1]
         self.source = data
-        self.text = header + b"".join(body for _, body in lines.values())
+        self.text = self.header + b"".join(self.lines.values())
         return self.text
+
+
+def _counter(name: str, documentation: str, labels: list[str]) -> Callable[[Any, Any], Metric]:
+    def build(key: tuple[str, ...] | None, value: int | None) -> Metric:
+        family = CounterMetricFamily(name, documentation, labels=labels)
+        if key is not None and value is not None:
+            family.add_metric(list(key), value)
+        return family
+
+    return build
 
 
 def _gauge(name: str, documentation: str) -> Callable[[str, Any], Metric]:
@@ -108,52 +114,38 @@ class Renderer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._occurrences = _Keyed(
+            _counter(
+                "wfsched_occurrences",
+                "Occurrence decisions recorded in the ledger, by state and reason"
+                " (a summary row for a span passed over counts once).",
+                ["schedule", "state", "reason"],
+            )
+        )
+        self._runs = _Keyed(
+            _counter(
+                "wfsched_runs",
+                "Runs that ended, by outcome (completed, failed, cancelled).",
+                ["schedule", "outcome"],
+            )
+        )
         self._gauges = {
-            name: _PerSchedule(_gauge(name, documentation))
+            name: _Keyed(_gauge(name, documentation))
             for name, documentation in SCHEDULE_GAUGES.items()
         }
-        self._durations = _PerSchedule(_duration)
-        self._counters: dict[str, tuple[Mapping[Any, int] | None, bytes]] = {}
+        self._durations = _Keyed(_duration)
 
     def render(self, snapshot: Snapshot) -> bytes:
         with self._lock:
             parts = [
-                self._counter(
-                    "wfsched_occurrences",
-                    "Occurrence decisions recorded in the ledger, by state and reason"
-                    " (a summary row for a span passed over counts once).",
-                    ["schedule", "state", "reason"],
-                    snapshot.occurrences,
-                ),
-                self._counter(
-                    "wfsched_runs",
-                    "Runs that ended, by outcome (completed, failed, cancelled).",
-                    ["schedule", "outcome"],
-                    snapshot.runs,
-                ),
-                _text_of(_scalars(snapshot)),
+                self._occurrences.render(snapshot.occurrences),
+                self._runs.render(snapshot.runs),
+                b"".join(_text(metric) for metric in _scalars(snapshot)),
             ]
             for name, family in self._gauges.items():
                 parts.append(family.render(snapshot.schedule_gauges[name]))
             parts.append(self._durations.render(snapshot.run_duration))
             return b"".join(parts)
-
-    def _counter(
-        self, name: str, documentation: str, labels: list[str], data: Mapping[Any, int]
-    ) -> bytes:
-        cached = self._counters.get(name)
-        if cached is not None and cached[0] is data:
-            return cached[1]
-        family = CounterMetricFamily(name, documentation, labels=labels)
-        for key in sorted(data):
-            family.add_metric(list(key), data[key])
-        text = _text(family)
-        self._counters[name] = (data, text)
-        return text
-
-
-def _text_of(metrics: list[Metric]) -> bytes:
-    return b"".join(_text(metric) for metric in metrics)
 
 
 def _scalars(snapshot: Snapshot) -> list[Metric]:
