@@ -4,6 +4,7 @@ fake launcher; the renderer, the health rule and the listener in-process."""
 from __future__ import annotations
 
 import socket
+import sqlite3
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -200,6 +201,25 @@ def test_an_idle_tick_reads_no_schedule_rows(h: Harness, monkeypatch: pytest.Mon
         snap.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"]
         is (before.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"])
     )
+
+
+def test_a_store_fault_in_the_metrics_never_stops_the_loop(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h.define("ok")
+    h.tick_at(T0 - 20)
+
+    def locked() -> int:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(h.store, "last_occurrence_seq", locked)
+    snap = h.tick_at(T0 - 19)
+    assert h.metrics.refresh_error == "database is locked"
+    assert health(snap, h.monotonic.now)[0] == 200
+    monkeypatch.undo()
+    snap = h.tick_at(T0)
+    assert h.metrics.refresh_error is None
+    assert snap.occurrences[("ok", "admitted", "")] == 1
 
 
 def test_reason_labels_come_from_a_small_vocabulary() -> None:

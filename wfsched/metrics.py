@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -214,6 +215,8 @@ class Metrics(Observer):
         self._latency = Buckets.empty(LATENCY_BUCKETS)
         self._last_tick: tuple[float, float] | None = None
         self._unfinished: dict[str, int] = {}
+        self.refresh_error: str | None = None
+        """Why the last tick's store reads failed, if they did."""
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -244,6 +247,20 @@ class Metrics(Observer):
             return
         if seconds is not None:
             self._tick = self._tick.observe(seconds)
+        try:
+            self._refresh(store)
+        except (sqlite3.Error, WfschedError) as exc:
+            # Metrics never stop the scheduler: a store fault is the loop's
+            # episode to report; the snapshot keeps the values last read and
+            # everything is re-read once the store answers again.
+            self._data_version = None
+            self.refresh_error = str(exc)
+        else:
+            self.refresh_error = None
+        self._last_tick = (self.clock(), self.monotonic())
+        self._publish()
+
+    def _refresh(self, store: Store) -> None:
         with store.snapshot():
             version = store.data_version()
             if version != self._data_version:
@@ -261,8 +278,6 @@ class Metrics(Observer):
             if self._launched or self._ended:
                 self._fold_runs(store)
             self._unfinished = store.unfinished_run_states()
-        self._last_tick = (self.clock(), self.monotonic())
-        self._publish()
 
     def schedule_changed(self, schedule_id: str) -> None:
         self._changed.add(schedule_id)
@@ -291,8 +306,9 @@ class Metrics(Observer):
 
     def _fold_runs(self, store: Store) -> None:
         launched, ended = set(self._launched), set(self._ended)
+        facts = store.run_facts(sorted(launched | ended))
         self._launched, self._ended = [], []
-        for run in store.run_facts(sorted(launched | ended)):
+        for run in facts:
             # Attempt 1 only: a resumed attempt is not late for its instant.
             if (
                 run.seq in launched
