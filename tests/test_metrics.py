@@ -265,6 +265,11 @@ def test_the_renderer_reuses_only_what_did_not_change(h: Harness) -> None:
     assert due == {"a": T0 + MINUTE, "b": T0 + MINUTE, "c": T0 + MINUTE}
     runs = [s for s in families["wfsched_runs"].samples if s.name == "wfsched_runs_total"]
     assert [(s.labels, s.value) for s in runs] == [({"schedule": "b", "outcome": "completed"}, 1.0)]
+    h.cli_admin().delete("c")
+    text = renderer.render(h.tick_at(T0 + 2)).decode()
+    assert 'schedule="c"' in text  # its counters stay: history
+    assert 'next_due_timestamp_seconds{schedule="c"}' not in text
+    assert 'next_due_timestamp_seconds{schedule="a"}' in text
 
 
 def test_listen_addresses() -> None:
