@@ -56,7 +56,7 @@ class Harness:
             log=lambda *_, **__: None,
             observer=self.metrics,
         )
-        self.metrics.started(self.store, self.supervisor.admin)
+        self.metrics.started(self.store)
         self.ticks = 0
         self.tick_at(T0 - 30)
 
@@ -143,7 +143,7 @@ def test_counters_are_derived_from_the_store_at_startup(h: Harness) -> None:
     before = h.metrics.snapshot
     assert before is not None
     restarted = Metrics(poll_interval=1.0, host="h1", clock=h.clock)
-    restarted.started(Store(h.root), Admin(Store(h.root), h.clock))
+    restarted.started(Store(h.root))
     after = restarted.snapshot
     assert after is not None
     assert dict(after.occurrences) == dict(before.occurrences)

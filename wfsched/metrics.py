@@ -27,14 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.utils import floatToGoString
 
-from wfsched.calendar import calendar_for
+from wfsched.calendar import CronCalendar, normalize_cron
 from wfsched.errors import WfschedError
-from wfsched.model import CronTrigger
 from wfsched.observe import Observer
 from wfsched.timeutil import Clock, wall_clock
+from wfsched.views import stored_document
 
 if TYPE_CHECKING:
-    from wfsched.admin import Admin
     from wfsched.store import ScheduleRow, Store
 
 STALE_AFTER_POLLS = 3
@@ -148,6 +147,17 @@ SCHEDULE_GAUGES = {
     "wfsched_schedule_created_timestamp_seconds": "When the schedule was created (Unix time).",
 }
 _NEXT_DUE, _LAST_SUCCESS, _LAST_FAILURE, _LATENESS, _PERIOD, _CREATED = SCHEDULE_GAUGES
+PERIOD_BUDGET = 0.005
+"""Seconds a tick may spend computing schedule periods."""
+UPDATED_MARGIN = 1.0
+"""Schedules stamped this long before the newest stamp seen are re-read too."""
+
+
+@dataclass(frozen=True)
+class _Policy:
+    lateness: float
+    cron: str | None
+    zone: str
 
 
 @dataclass
@@ -197,15 +207,21 @@ class Metrics(Observer):
         self.monotonic = monotonic
         self.started_at = clock()
         self._store: Store | None = None
-        self._admin: Admin | None = None
         self._snapshot: Snapshot | None = None
         self._data_version: int | None = None
         self._ledger_seq = 0
         self._changed: set[str] = set()
         self._launched: list[int] = []
         self._ended: list[int] = []
-        self._shape: dict[str, tuple[int, int | None]] = {}
-        """schedule -> (revision, next_due) the period gauge was computed for."""
+        self._updated_seen = float("-inf")
+        """The newest `updated_at` among the schedule rows read."""
+        self._policies: dict[str, tuple[int, _Policy]] = {}
+        """schedule -> (revision, its lateness and cron)."""
+        self._period_for: dict[str, tuple[int, int]] = {}
+        """schedule -> (revision, next_due) its period gauge was computed for."""
+        self._pending: dict[str, tuple[int, int, _Policy]] = {}
+        """Periods still to compute, oldest request first."""
+        self._calendars: dict[tuple[str | None, str], CronCalendar] = {}
         self._blocked: set[str] = set()
         self._occurrences = _Family()
         self._runs = _Family()
@@ -225,8 +241,8 @@ class Metrics(Observer):
 
     # -- the observer interface (loop thread) -------------------------------------
 
-    def started(self, store: Store, admin: Admin) -> None:
-        self._store, self._admin = store, admin
+    def started(self, store: Store) -> None:
+        self._store = store
         self.started_at = self.clock()
         with store.snapshot():
             self._data_version = store.data_version()
@@ -237,7 +253,8 @@ class Metrics(Observer):
                 if item.last_finished_at is not None and outcome != "cancelled":
                     family = _LAST_SUCCESS if item.state == "completed" else _LAST_FAILURE
                     self._latest(family, item.schedule_id, item.last_finished_at)
-            self._reload_schedules(store.list_schedules())
+            for row in store.list_schedules():
+                self._schedule(row)
             self._unfinished = store.unfinished_run_states()
         self._publish()
 
@@ -249,6 +266,7 @@ class Metrics(Observer):
             self._tick = self._tick.observe(seconds)
         try:
             self._refresh(store)
+            self._compute_periods()
         except (sqlite3.Error, WfschedError) as exc:
             # Metrics never stop the scheduler: a store fault is the loop's
             # episode to report; the snapshot keeps the values last read and
@@ -264,16 +282,19 @@ class Metrics(Observer):
         with store.snapshot():
             version = store.data_version()
             if version != self._data_version:
-                # A CLI command committed (create, update, pause, delete,
-                # trigger...): re-read the schedules once.
+                # Another process committed (create, update, pause, delete, a
+                # trigger request...): every administrative change stamps
+                # `updated_at`, so the rows to re-read are those stamped since
+                # the newest stamp seen (less a margin for the CLI's clock).
                 self._data_version = version
-                self._reload_schedules(store.list_schedules())
-                self._changed.clear()
-            elif self._changed:
+                self._changed.update(
+                    store.schedule_ids_updated_since(self._updated_seen - UPDATED_MARGIN)
+                )
+            if self._changed:
                 rows = store.schedules_by_id(sorted(self._changed))
                 self._changed.clear()
-                for schedule_id in rows:
-                    self._schedule(rows[schedule_id])
+                for row in rows.values():
+                    self._schedule(row)
             self._fold_ledger(store)
             if self._launched or self._ended:
                 self._fold_runs(store)
@@ -340,22 +361,18 @@ class Metrics(Observer):
         if at > gauges.data.get(schedule_id, float("-inf")):
             gauges.set(schedule_id, at)
 
-    def _reload_schedules(self, rows: list[ScheduleRow]) -> None:
-        present = {row.id for row in rows}
-        for schedule_id in list(self._gauges[_CREATED].data):
-            if schedule_id not in present:
-                self._forget(schedule_id)
-        for row in rows:
-            self._schedule(row)
-
     def _forget(self, schedule_id: str) -> None:
         """A deleted schedule: its gauges go; its counters stay (history)."""
         for gauges in self._gauges.values():
             gauges.drop(schedule_id)
         self._blocked.discard(schedule_id)
-        self._shape.pop(schedule_id, None)
+        self._period_for.pop(schedule_id, None)
+        self._pending.pop(schedule_id, None)
+        self._policies.pop(schedule_id, None)
 
     def _schedule(self, row: ScheduleRow) -> None:
+        """The gauges of one schedule row; its period is queued, not computed."""
+        self._updated_seen = max(self._updated_seen, row.updated_at)
         if row.deleted_at is not None:
             self._forget(row.id)
             return
@@ -368,41 +385,58 @@ class Metrics(Observer):
             self._gauges[_NEXT_DUE].drop(row.id)
         else:
             self._gauges[_NEXT_DUE].set(row.id, float(row.next_due))
-        if row.state != "active":
-            self._gauges[_LATENESS].drop(row.id)
-            self._gauges[_PERIOD].drop(row.id)
-            self._shape.pop(row.id, None)
-            return
-        shape = (row.revision, row.next_due)
-        if self._shape.get(row.id) == shape:
-            return
-        self._shape[row.id] = shape
-        lateness, period = self._policy(row)
-        if lateness is None:
+        policy = self._policy(row) if row.state == "active" else None
+        if policy is None:
             self._gauges[_LATENESS].drop(row.id)
         else:
-            self._gauges[_LATENESS].set(row.id, lateness)
-        if period is None:
+            self._gauges[_LATENESS].set(row.id, policy.lateness)
+        if policy is None or policy.cron is None or row.next_due is None:
             self._gauges[_PERIOD].drop(row.id)
-        else:
-            self._gauges[_PERIOD].set(row.id, period)
+            self._period_for.pop(row.id, None)
+            self._pending.pop(row.id, None)
+        elif self._period_for.get(row.id) != (row.revision, row.next_due):
+            self._pending[row.id] = (row.revision, row.next_due, policy)
 
-    def _policy(self, row: ScheduleRow) -> tuple[float | None, float | None]:
-        """Lateness and period, computed only when the revision or the next
-        due instant changed (one calendar step back from the next instant)."""
-        assert self._admin is not None
+    def _policy(self, row: ScheduleRow) -> _Policy | None:
+        """Lateness and cron of the stored definition, read once per revision
+        (the JSON document only: a full parse costs a millisecond a schedule)."""
+        cached = self._policies.get(row.id)
+        if cached is not None and cached[0] == row.revision:
+            return cached[1]
         try:
-            defn = self._admin.definition(row)
-        except (WfschedError, ValueError):
-            return None, None
-        lateness = float(defn.policy.lateness)
-        if row.next_due is None or not isinstance(defn.trigger, CronTrigger):
-            return lateness, None
-        try:
-            previous = calendar_for(defn.trigger).prev_before_epoch(row.next_due)
-        except (WfschedError, ValueError, KeyError):
-            return lateness, None
-        return lateness, None if previous is None else float(row.next_due - previous)
+            document = stored_document(row)
+            trigger = document["trigger"]
+            policy = _Policy(
+                float(document["policy"]["lateness"]),
+                trigger.get("cron"),
+                trigger.get("timezone") or "UTC",
+            )
+        except (WfschedError, KeyError, TypeError, ValueError):
+            return None
+        self._policies[row.id] = (row.revision, policy)
+        return policy
+
+    def _compute_periods(self) -> None:
+        """Periods queued by `_schedule`, within PERIOD_BUDGET seconds a tick:
+        a calendar step costs about a millisecond, and after a start with
+        10,000 schedules that is seconds of work the loop must not wait for."""
+        deadline = self.monotonic() + PERIOD_BUDGET
+        while self._pending and self.monotonic() <= deadline:
+            schedule_id = next(iter(self._pending))
+            revision, next_due, policy = self._pending.pop(schedule_id)
+            self._period_for[schedule_id] = (revision, next_due)
+            try:
+                calendar = self._calendars.get((policy.cron, policy.zone))
+                if calendar is None:
+                    if len(self._calendars) > 1024:
+                        self._calendars.clear()
+                    calendar = CronCalendar(normalize_cron(policy.cron or ""), policy.zone)
+                    self._calendars[(policy.cron, policy.zone)] = calendar
+                previous = calendar.prev_before_epoch(next_due)
+            except (WfschedError, KeyError, ValueError):
+                self._gauges[_PERIOD].drop(schedule_id)
+                continue
+            self._gauges[_PERIOD].set(schedule_id, float(next_due - previous))
 
     def _publish(self) -> None:
         tick_at, tick_mono = self._last_tick if self._last_tick else (None, None)

@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wfsched.admin import Admin
     from wfsched.store import Store
 
 
 class Observer:
-    def started(self, store: Store, admin: Admin) -> None:
+    def started(self, store: Store) -> None:
         """Ownership taken, before recovery: derive what the store already holds."""
 
     def ticked(self, seconds: float | None) -> None:

@@ -273,7 +273,7 @@ class Supervisor:
     def serve(self) -> None:
         """Recover, then tick until asked to stop, then drain."""
         self.announce()
-        self.observer.started(self.store, self.admin)
+        self.observer.started(self.store)
         self.recover()
         self.notifier.send("READY=1", "STATUS=supervising")
         self.log("started", pid=os.getpid(), store=str(self.store.root))

@@ -58,6 +58,11 @@ class MetricsQueries:
         commits leave it alone, so the tick knows when to re-read schedules."""
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
+    def schedule_ids_updated_since(self, since: float) -> list[str]:
+        """Schedules an administrative change stamped at or after `since`."""
+        rows = self._conn.execute("SELECT id FROM schedules WHERE updated_at >= ?", (since,))
+        return [row[0] for row in rows]
+
     def last_occurrence_seq(self) -> int:
         row = self._conn.execute("SELECT MAX(seq) FROM occurrences").fetchone()
         return int(row[0] or 0)
