@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
 from datetime import datetime
@@ -77,7 +78,8 @@ def test_scraped_values_move_as_runs_complete_fail_and_are_skipped(
         define(store, tmp_path, "ok", one_shot(at, '["true"]'))
         define(store, tmp_path, "bad", one_shot(at, '["sh", "-c", "exit 3"]'))
         define(store, tmp_path, "gone", one_shot(at, '["/nonexistent/tool"]'))
-        define(store, tmp_path, "paused", one_shot(utc_in(1), '["true"]'))
+        paused_at = utc_in(6)  # far enough to pause it first, even on a loaded machine
+        define(store, tmp_path, "paused", one_shot(paused_at, '["true"]'))
         assert wfsched(store, "pause", "paused").returncode == 0
         define(
             store, tmp_path, "yearly", '[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["true"]\n'
@@ -128,7 +130,9 @@ def test_scraped_values_move_as_runs_complete_fail_and_are_skipped(
         )
 
         # Skipped: the paused one-shot's instant passes; resume records it skipped.
-        wait_for(lambda: wfsched(store, "resume", "paused").returncode == 0, what="resume")
+        instant = datetime.fromisoformat(paused_at.replace("Z", "+00:00")).timestamp()
+        wait_for(lambda: time.time() > instant + 1, what="the paused instant to pass")
+        assert wfsched(store, "resume", "paused").returncode == 0
         [row] = wfsched_json(store, "occurrences", "paused")["items"]
         assert row["state"].startswith("skipped-")
         wait_for(
@@ -150,10 +154,10 @@ def test_scraped_values_move_as_runs_complete_fail_and_are_skipped(
 
 
 def test_counters_continue_across_a_restart(store: Path, tmp_path: Path) -> None:
-    define(store, tmp_path, "ok", one_shot(utc_in(1.5), '["true"]'))
     daemon = Daemon(store, "--metrics", "127.0.0.1:0")
     daemon.wait_started()
     try:
+        define(store, tmp_path, "ok", one_shot(utc_in(1.5), '["true"]'))
         base = metrics_url(daemon)
         wait_for(
             lambda: value(base, "wfsched_runs_total", schedule="ok", outcome="completed") == 1,
