@@ -227,3 +227,32 @@ def test_a_bad_metrics_listen_in_config_exits_2_naming_the_file(store: Path) -> 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "config.toml: metrics_listen:" in lines[0], lines
+
+
+def test_a_restart_after_sigkill_gets_the_same_port_while_a_run_goes_on(
+    store: Path, tmp_path: Path
+) -> None:
+    """Runs never inherit the listening socket: after the supervisor dies, a
+    job still running must not keep its port from the next supervisor."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    daemon = Daemon(store, "--metrics", address)
+    daemon.wait_started()
+    define(store, tmp_path, "long", one_shot(utc_in(1.5), '["sleep", "30"]'))
+    wait_for(lambda: wfsched_json(store, "runs")["items"], what="the run")
+    wait_for(lambda: run_is(store, "running"), what="the run to start")
+    daemon.kill()
+    again = Daemon(store, "--metrics", address)
+    try:
+        again.wait_started()
+        wait_for(lambda: get(f"http://{address}/healthz")[0] == 200, what="healthy")
+        assert value(f"http://{address}", "wfsched_runs_executing") == 1
+    finally:
+        wfsched(store, "runs", "cancel", "run-000001")
+        assert again.stop() == 0
+
+
+def run_is(store: Path, state: str) -> bool:
+    return wfsched_json(store, "runs", "show", "run-000001")["state"] == state
