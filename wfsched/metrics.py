@@ -4,14 +4,16 @@
 startup it derives the counters from the store (so they continue across a
 restart), and at the end of every tick it folds in what the tick committed
 and publishes an immutable `Snapshot` (one reference assignment). A scrape
-(``wfsched.metrics_render`, on the HTTP server's thread) reads only the latest snapshot; it
-never touches the store or the loop's state, so a slow scrape cannot slow a
-tick, and a tick never waits for a scrape.
+(`wfsched.metrics_render`, on the HTTP server's thread) reads only the
+latest snapshot; it never touches the store or the loop's state, so a slow
+scrape cannot slow a tick, and a tick never waits for a scrape.
 
 Per-tick cost is kept small: the idle tick asks the store for three tiny
 things (has another process committed, the newest ledger sequence number, the
 unfinished-run counts from their partial index) and copies a family's data
-only when it changed.
+only when it changed. Whole-table reads happen once, at startup; after that
+only the rows a tick or an operator's command changed are read again, and
+the calendar work for schedule periods is spread over ticks.
 """
 
 from __future__ import annotations

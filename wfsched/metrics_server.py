@@ -110,7 +110,10 @@ class MetricsServer:
                 listen.host, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
             )
         except OSError as exc:
-            raise UsageError(f"{source} {listen}: cannot resolve {listen.host!r}: {exc}") from None
+            reason = (exc.strerror or str(exc)).lower()
+            raise UsageError(
+                f"{source} {listen}: cannot resolve {listen.host!r}: {reason}"
+            ) from None
         family, _, _, _, address = infos[0]
         try:
             self._server = _Server((str(address[0]), int(address[1])), family)
