@@ -193,6 +193,7 @@ def test_an_idle_tick_reads_no_schedule_rows(h: Harness, monkeypatch: pytest.Mon
     monkeypatch.setattr(h.store, "list_schedules", refuse)
     monkeypatch.setattr(h.store, "schedules_by_id", refuse)
     monkeypatch.setattr(h.store, "finished_run_counts", refuse)
+    monkeypatch.setattr(h.store, "schedule_ids_updated_since", refuse)
     before = h.metrics.snapshot
     snap = h.tick_at(T0 - 19)
     assert before is not None
