@@ -336,3 +336,30 @@ def test_ipv6_loopback_listens_where_the_host_has_it() -> None:
         assert _get(f"http://[::1]:{server.address.port}/healthz")[0] == 503
     finally:
         server.close()
+
+
+def test_published_families_name_their_changed_keys_and_fall_back_when_far_behind() -> None:
+    from wfsched.metrics import HISTORY, _Family
+    from wfsched.metrics_render import _gauge, _Keyed
+
+    family = _Family()
+    family.set("a", 1.0)
+    family.set("b", 2.0)
+    first = family.publish()
+    assert family.publish() is first  # nothing changed: the same object
+    family.set("b", 3.0)
+    family.drop("a")
+    second = family.publish()
+    assert second.changed_since(first.version) == {"a", "b"}
+    assert first.changed_since(second.version) is None
+    keyed = _Keyed(_gauge("wfsched_x_seconds", "x"))
+    keyed.render(first)
+    for value in range(HISTORY + 2):
+        family.set("c", float(value))
+        family.publish()
+    far = family.publish()
+    assert far.changed_since(second.version) is None
+    text = keyed.render(far).decode()
+    assert 'wfsched_x_seconds{schedule="a"}' not in text
+    assert f'wfsched_x_seconds{{schedule="c"}} {HISTORY + 1:.1f}' in text
+    assert 'wfsched_x_seconds{schedule="b"} 3.0' in text

@@ -23,6 +23,7 @@ from wfsched.metrics import (
     SCHEDULE_GAUGES,
     TICK_BUCKETS,
     Buckets,
+    Published,
     Snapshot,
 )
 from wfsched.metrics_render import Renderer
@@ -44,7 +45,7 @@ RULES = [rule for group in rules_document()["groups"] for rule in group["rules"]
 
 def exported() -> dict[str, set[str]]:
     """Sample name -> label names, from a snapshot with every family populated."""
-    one = MappingProxyType({"s": 1.0})
+    one = Published({"s": 1.0})
     snapshot = Snapshot(
         host="h",
         store_kind="sqlite",
@@ -59,10 +60,10 @@ def exported() -> dict[str, set[str]]:
         blocked=0,
         tick_seconds=Buckets.empty(TICK_BUCKETS).observe(0.001),
         launch_latency=Buckets.empty(LATENCY_BUCKETS).observe(0.01),
-        occurrences=MappingProxyType({("s", "admitted", ""): 1}),
-        runs=MappingProxyType({("s", "completed"): 1}),
+        occurrences=Published({("s", "admitted", ""): 1}),
+        runs=Published({("s", "completed"): 1}),
         schedule_gauges=MappingProxyType({name: one for name in SCHEDULE_GAUGES}),
-        run_duration=MappingProxyType({"s": Buckets.empty(DURATION_BUCKETS).observe(3.0)}),
+        run_duration=Published({"s": Buckets.empty(DURATION_BUCKETS).observe(3.0)}),
     )
     names: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(Renderer().render(snapshot).decode()):

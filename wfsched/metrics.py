@@ -22,8 +22,9 @@ import re
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -119,11 +120,11 @@ class Snapshot:
     blocked: int
     tick_seconds: Buckets
     launch_latency: Buckets
-    occurrences: Mapping[tuple[str, str, str], int]
-    runs: Mapping[tuple[str, str], int]
-    schedule_gauges: Mapping[str, Mapping[str, float]]
+    occurrences: Published
+    runs: Published
+    schedule_gauges: Mapping[str, Published]
     """Gauge family name -> schedule -> value."""
-    run_duration: Mapping[str, Buckets]
+    run_duration: Published
 
 
 SCHEDULE_GAUGES = {
@@ -162,31 +163,75 @@ class _Policy:
     zone: str
 
 
-@dataclass
-class _Family:
-    """Loop-side data of one family and whether it changed since publishing."""
+HISTORY = 64
+"""Publishes whose changed keys a family remembers (see `Published`)."""
 
-    data: dict[Any, Any] = field(default_factory=dict)
-    published: Mapping[Any, Any] = field(default_factory=lambda: MappingProxyType({}))
-    dirty: bool = False
+
+class Published(Mapping[Any, Any]):
+    """One family's data as published: read-only, never mutated.
+
+    It also names the keys that changed in each of the last HISTORY
+    publishes, so a renderer that saw an earlier version re-renders only
+    those instead of comparing every schedule.
+    """
+
+    def __init__(
+        self,
+        data: Mapping[Any, Any],
+        version: int = 0,
+        recent: tuple[tuple[int, frozenset[Any]], ...] = (),
+    ) -> None:
+        self.data = data
+        self.version = version
+        self.recent = recent
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def changed_since(self, version: int) -> frozenset[Any] | None:
+        """Keys changed after `version`, or None when this family cannot say
+        (that version is too long ago, or not an earlier one of this family)."""
+        if not self.recent or version >= self.version or self.recent[0][0] > version + 1:
+            return None
+        return frozenset().union(*(keys for seen, keys in self.recent if seen > version))
+
+
+class _Family:
+    """Loop-side data of one family and the keys changed since publishing."""
+
+    def __init__(self) -> None:
+        self.data: dict[Any, Any] = {}
+        self.published = Published(MappingProxyType({}))
+        self._changed: set[Any] = set()
+        self._history: deque[tuple[int, frozenset[Any]]] = deque(maxlen=HISTORY)
 
     def set(self, key: Any, value: Any) -> None:
         if self.data.get(key) != value:
             self.data[key] = value
-            self.dirty = True
+            self._changed.add(key)
 
     def drop(self, key: Any) -> None:
         if self.data.pop(key, None) is not None:
-            self.dirty = True
+            self._changed.add(key)
 
     def add(self, key: Any, amount: int) -> None:
         self.data[key] = self.data.get(key, 0) + amount
-        self.dirty = True
+        self._changed.add(key)
 
-    def publish(self) -> Mapping[Any, Any]:
-        if self.dirty:
-            self.published = MappingProxyType(dict(self.data))
-            self.dirty = False
+    def publish(self) -> Published:
+        if self._changed:
+            version = self.published.version + 1
+            self._history.append((version, frozenset(self._changed)))
+            self._changed.clear()
+            self.published = Published(
+                MappingProxyType(dict(self.data)), version, tuple(self._history)
+            )
         return self.published
 
 

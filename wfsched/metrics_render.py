@@ -13,7 +13,7 @@ kept and joined.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from typing import Any
 
@@ -25,7 +25,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from wfsched.metrics import SCHEDULE_GAUGES, Buckets, Snapshot
+from wfsched.metrics import SCHEDULE_GAUGES, Buckets, Published, Snapshot
 
 
 class _One:
@@ -53,27 +53,35 @@ def _family_text(metric: Metric) -> tuple[bytes, bytes]:
 class _Keyed:
     """One labelled family, rendered label set by label set.
 
-    Each key's sample lines are kept; a scrape finds the keys whose value
-    changed since the mapping it rendered last (a set difference of the two
-    mappings' items, done in C) and renders only those. The whole family is
-    reused when the published mapping is the same object as last time.
+    Each key's sample lines are kept. A scrape re-renders only the keys the
+    published family says changed since the version rendered last; when that
+    is too far back, it compares the two mappings (a set difference of their
+    items, done in C). The whole family is reused when nothing was published
+    since.
     """
 
     def __init__(self, build: Callable[[Any, Any], Metric]) -> None:
         self.build = build
-        self.source: Mapping[str, Any] = MappingProxyType({})
-        self.header, _ = _family_text(build("", None))
+        self.source = Published(MappingProxyType({}))
+        self.header, _ = _family_text(build(None, None))
         self.lines: dict[Any, bytes] = {}
         self.text = self.header
 
-    def render(self, data: Mapping[Any, Any]) -> bytes:
-        if data is self.source:
+    def render(self, family: Published) -> bytes:
+        if family is self.source:
             return self.text
-        for key in self.source.keys() - data.keys():
-            del self.lines[key]
-        for key, value in data.items() - self.source.items():
-            self.lines[key] = _family_text(self.build(key, value))[1]
-        self.source = data
+        data = family.data
+        changed = family.changed_since(self.source.version)
+        if changed is None:
+            changed = frozenset(self.source.data.keys() - data.keys()) | {
+                key for key, _ in data.items() - self.source.data.items()
+            }
+        for key in changed:
+            if key in data:
+                self.lines[key] = _family_text(self.build(key, data[key]))[1]
+            else:
+                self.lines.pop(key, None)
+        self.source = family
         self.text = self.header + b"".join(self.lines.values())
         return self.text
 
