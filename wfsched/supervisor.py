@@ -720,6 +720,7 @@ class Supervisor:
         now = self.clock()
         with self.store.atomic():
             self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+        self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
         self._notices.append(Notice(run, attempt, reason, None))
 
