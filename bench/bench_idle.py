@@ -4,6 +4,7 @@
     python bench/bench_idle.py --seconds 20 --schedules 2000
     python bench/bench_idle.py --create apply     # create through `wfsched apply DIR`
     python bench/bench_idle.py --profile 30       # also profile 30 in-process ticks
+    python bench/bench_idle.py --metrics          # with --metrics; then time scrapes
 
 The schedules are `M * * * *` with M the minute 30 minutes from now (or
 --cron), so none is due while measuring. They are created through
@@ -16,7 +17,14 @@ seconds for its startup tick, then measured for --seconds: CPU from
 server reported beside it), RSS from VmRSS in /proc/<pid>/status, sampled
 every second. Stopped with SIGTERM.
 
-Targets (issue): supervisor CPU < 0.5 % of one core, RSS < 100 MB.
+With --metrics the supervisor serves /metrics (`--metrics 127.0.0.1:0`), so
+the idle CPU includes publishing a snapshot every tick; after the idle span
+the bench times scrapes over HTTP: the first one (everything rendered), then
+--scrapes more (nothing changed), then scrapes after `wfsched pause` of one
+schedule (its series re-rendered).
+
+Targets (issue): supervisor CPU < 0.5 % of one core, RSS < 100 MB; with
+--metrics a scrape of 10,000 schedules < 20 ms.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -32,16 +41,20 @@ from pathlib import Path
 
 from common import (
     NullControl,
+    SupervisorProcess,
     Verdicts,
     children,
     cli,
     cpu_seconds,
     cron_definition,
     load_note,
+    metrics_url,
     report_log_problems,
     rss_kib,
+    scrape,
     start_supervisor,
     stop_supervisor,
+    summary_ms,
     temp_store,
     write_definitions,
 )
@@ -78,6 +91,21 @@ def create_schedules(store_dir: Path, defs: Path, n: int, cron: str, method: str
         f" ({elapsed / n * 1e3:.2f} ms each)"
     )
     return elapsed
+
+
+def time_scrapes(sup: SupervisorProcess, store: Path, count: int) -> dict[str, list[float]]:
+    url = metrics_url(sup)
+    first, size = scrape(url)
+    print(f"\nfirst scrape (renders every series): {first * 1e3:.1f} ms, {size / 1e6:.2f} MB")
+    unchanged = [scrape(url)[0] for _ in range(count)]
+    print(f"scrapes, nothing changed: {summary_ms(unchanged)}")
+    changed = []
+    for index in range(min(count, 10)):
+        cli(store, "pause", f"idle-{index:05d}")
+        time.sleep(1.5)  # a poll interval: the loop sees the change and publishes
+        changed.append(scrape(url)[0])
+    print(f"scrapes after pausing one schedule: {summary_ms(changed)}")
+    return {"unchanged": unchanged, "changed": changed}
 
 
 def profile_ticks(store_dir: Path, ticks: int) -> None:
@@ -121,6 +149,8 @@ def main() -> int:
         metavar="TICKS",
         help="afterwards, profile TICKS in-process ticks [0]",
     )
+    parser.add_argument("--metrics", action="store_true", help="serve and time /metrics")
+    parser.add_argument("--scrapes", type=int, default=30, help="timed scrapes [30]")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args()
 
@@ -131,7 +161,11 @@ def main() -> int:
         store = root / "store"
         create_schedules(store, root / "defs", args.schedules, cron, args.create)
         print(f"cron {cron!r}; {load_note()}")
-        sup = start_supervisor(store, root / "supervisor.log", poll_interval=args.poll_interval)
+        extra = ["--metrics", "127.0.0.1:0"] if args.metrics else []
+        sup = start_supervisor(
+            store, root / "supervisor.log", poll_interval=args.poll_interval, extra=extra
+        )
+        scrapes: dict[str, list[float]] = {}
         try:
             time.sleep(args.warmup)
             server = children(sup.pid)
@@ -145,6 +179,8 @@ def main() -> int:
                     srv_rss.append(rss_kib(server[0]))
             cpu1, t1 = cpu_seconds(sup.pid), time.monotonic()
             srv1 = cpu_seconds(server[0]) if server else 0.0
+            if args.metrics:
+                scrapes = time_scrapes(sup, store, args.scrapes)
             db = Store(store, create=False)
             last_tick = float(db.get_meta("last_tick_at") or 0)
             runs = len(db.list_runs(limit=10))
@@ -171,6 +207,19 @@ def main() -> int:
         verdicts.check("supervisor CPU", cpu_pct, 0.5, "%", ".3f")
         verdicts.check("supervisor RSS", max(rss) / 1024, 100, "MB")
         verdicts.require("nothing ran", runs == 0, f"{runs} runs")
+        if scrapes:
+            verdicts.check(
+                "scrape, nothing changed (median)",
+                statistics.median(scrapes["unchanged"]) * 1000,
+                20,
+                "ms",
+            )
+            verdicts.check(
+                "scrape, one schedule changed (median)",
+                statistics.median(scrapes["changed"]) * 1000,
+                20,
+                "ms",
+            )
         verdicts.require("SIGTERM exit", rc == 0, f"rc={rc}")
         if args.profile:
             profile_ticks(store, args.profile)

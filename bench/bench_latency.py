@@ -3,6 +3,7 @@
     python bench/bench_latency.py                 # 30 one-shots, 2 s apart (~75 s)
     python bench/bench_latency.py --samples 60 --spacing 3
     python bench/bench_latency.py --cron-minutes 2   # plus a `* * * * *` schedule
+    python bench/bench_latency.py --scrape-every 0.1 # with --metrics, scraped every 100 ms
 
 Each sample is a one-shot schedule (`[trigger] at = "<RFC 3339 Z>"`) whose
 command is `date +%s.%N > "$BENCH_OUT/$WFSCHED_RUN_ID"`: the job's own clock
@@ -15,6 +16,10 @@ The schedules are created with `wfsched apply`, the supervisor is
 `wfsched supervise` (default settings), stopped with SIGTERM at the end.
 The breakdown per sample comes from the store (run admitted_at, attempt
 started_at) and the shim's exit record (when the shim began the command).
+
+With --scrape-every S the supervisor runs with `--metrics 127.0.0.1:0` and a
+thread scrapes /metrics every S seconds for the whole run: compare the
+latencies with a run without it (target: within 10 %).
 
 Targets (issue): median < 20 ms, max < 100 ms.
 """
@@ -29,9 +34,11 @@ import time
 
 from common import (
     STAMP_COMMAND,
+    Scraper,
     Verdicts,
     cli,
     cron_definition,
+    metrics_url,
     one_shot_definition,
     read_stamps,
     report_log_problems,
@@ -59,10 +66,17 @@ def main() -> int:
         default=0,
         help="also sample a `* * * * *` schedule for N minutes [0]",
     )
+    parser.add_argument(
+        "--scrape-every",
+        type=float,
+        metavar="S",
+        help="serve --metrics and scrape /metrics every S seconds [off]",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args()
 
     verdicts = Verdicts()
+    scraper = None
     with temp_store(args.keep, "wfsched-bench-latency-") as root:
         store, defs, out = root / "store", root / "defs", root / "out"
         out.mkdir()
@@ -86,7 +100,13 @@ def main() -> int:
         if first - time.time() < 1.5:
             print("!! the first instant is too close; raise --lead")
 
-        sup = start_supervisor(store, root / "supervisor.log", poll_interval=args.poll_interval)
+        extra = ["--metrics", "127.0.0.1:0"] if args.scrape_every else []
+        sup = start_supervisor(
+            store, root / "supervisor.log", poll_interval=args.poll_interval, extra=extra
+        )
+        if args.scrape_every:
+            scraper = Scraper(metrics_url(sup), args.scrape_every)
+            scraper.start()
         end = instants[-1] if instants else time.time()
         if args.cron_minutes:
             end = max(end, (math.floor(time.time() / 60) + args.cron_minutes) * 60 + 1)
@@ -96,7 +116,15 @@ def main() -> int:
                 time.sleep(0.25)
             wait_for(lambda: len(list(out.iterdir())) >= expected, 10)
         finally:
+            if scraper is not None:
+                scraper.stop()
             rc = stop_supervisor(sup)
+        if scraper is not None:
+            print(
+                f"scraper: {len(scraper.times)} scrapes every {args.scrape_every:g}s,"
+                f" {summary_ms(scraper.times)}; errors: {len(scraper.errors)}"
+            )
+            verdicts.require("scrapes answered", not scraper.errors, f"{scraper.errors[:2]}")
 
         stamps = read_stamps(out)
         db = Store(store, create=False)

@@ -389,3 +389,55 @@ class NullControl:
 
     def signal_session(self, sid: int, signum: int) -> bool:
         return False
+
+
+# -- metrics scrapes -----------------------------------------------------------
+
+
+def metrics_url(sup: SupervisorProcess, timeout: float = 10.0) -> str:
+    """The supervisor's /metrics URL, from its `metrics` log event (`--metrics
+    127.0.0.1:0` lets the kernel choose the port)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in log_events(sup):
+            if event.get("event") == "metrics":
+                return f"http://{event['listen']}/metrics"
+        time.sleep(0.02)
+    raise RuntimeError(f"no metrics event in the supervisor log:\n{sup.log_text()}")
+
+
+def scrape(url: str) -> tuple[float, int]:
+    """One GET of /metrics: (seconds from request to the last byte, bytes)."""
+    import urllib.request
+
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body = response.read()
+    return time.perf_counter() - t0, len(body)
+
+
+class Scraper:
+    """A thread scraping `url` every `every` seconds, as Prometheus would."""
+
+    def __init__(self, url: str, every: float) -> None:
+        import threading
+
+        self.url, self.every = url, every
+        self.times: list[float] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.times.append(scrape(self.url)[0])
+            except OSError as exc:
+                self.errors.append(str(exc))

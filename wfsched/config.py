@@ -18,6 +18,8 @@ from wfsched.supervisor import SupervisorConfig
 from wfsched.timeutil import MAX_DURATION, check_duration, parse_duration
 
 CONFIG_NAME = "config.toml"
+_FLAGS = {"metrics_listen": "--metrics"}
+"""Settings whose command-line flag is not `--<key>`."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ _KEYS = {
     "max_admissions_per_tick": _Key("count", 1),
     "on_failure": _Key("argv", 0),
     "retention": _Key("seconds", 3600),
+    "metrics_listen": _Key("listen", 0),
 }
 
 
@@ -60,15 +63,25 @@ def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig
             values[key] = _value(source, key, raw)
     for key, raw in overrides.items():
         if raw is not None:
-            values[key] = _value("command line", f"--{key.replace('_', '-')}", raw, flag=key)
+            flag = _FLAGS.get(key, f"--{key.replace('_', '-')}")
+            values[key] = _value("command line", flag, raw, flag=key)
     known = {field.name for field in fields(SupervisorConfig)}
     return replace(SupervisorConfig(), **{k: v for k, v in values.items() if k in known})
 
 
 def _value(
     source: str, key: str, raw: Any, flag: str | None = None
-) -> float | int | tuple[str, ...]:
+) -> float | int | str | tuple[str, ...]:
     spec = _KEYS[flag or key]
+    if spec.kind == "listen":
+        from wfsched.metrics_server import parse_listen
+
+        if not isinstance(raw, str):
+            raise DefinitionError(source, key, 'must be a string like "127.0.0.1:9464"')
+        try:
+            return str(parse_listen(raw))
+        except ValueError as exc:
+            raise DefinitionError(source, key, str(exc)) from None
     if spec.kind == "argv":
         return validate_argv(raw, source, key)
     if isinstance(raw, bool):

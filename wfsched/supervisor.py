@@ -38,6 +38,7 @@ from wfsched.launcher import (
     ShimHandle,
 )
 from wfsched.model import Definition
+from wfsched.observe import Observer
 from wfsched.ownership import Ownership
 from wfsched.preflight import preflight
 from wfsched.rundirs import (
@@ -86,6 +87,8 @@ class SupervisorConfig:
     """Default failure hook for schedules without `[notify] on_failure`."""
     retention: float | None = None
     """Prune finished runs and history older than this many seconds, if set."""
+    metrics_listen: str | None = None
+    """Serve /metrics and /healthz on this address (`HOST:PORT`), if set."""
 
 
 class ProcessControl(Protocol):
@@ -219,6 +222,7 @@ class Supervisor:
         fault: FaultHook = no_fault,
         log: Callable[..., None] | None = None,
         notifier: Notifier | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -227,6 +231,8 @@ class Supervisor:
         self.fault = fault
         self.log = log or EventLog()
         self.notifier = notifier or Notifier("")
+        self.observer = observer or Observer()
+        """Told of every committed fact (the metrics); a no-op by default."""
         self.admin = Admin(store, clock)
         self.hooks = FailureHooks(control, self.log, config.on_failure, _PRIVATE_ENV)
         self.launcher = LauncherHealth(since=clock())
@@ -279,13 +285,16 @@ class Supervisor:
     def serve(self) -> None:
         """Recover, then tick until asked to stop, then drain."""
         self.announce()
+        self.observer.started(self.store)
         self.recover()
         self.notifier.send("READY=1", "STATUS=supervising")
         self.log("started", pid=os.getpid(), store=str(self.store.root))
         selector = self._make_selector()
         watchdog_due = time.monotonic()
         while not self.stop_requested:
+            tick_started = time.monotonic()
             self.tick()
+            self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
             if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
                 self.notifier.send("WATCHDOG=1")
                 watchdog_due = time.monotonic() + self.notifier.watchdog_interval
@@ -552,6 +561,7 @@ class Supervisor:
             exhausted=int(decision.exhausted),
             blocked_reason=decision.blocked,
         )
+        self.observer.schedule_changed(row.id)
         if admitted:
             self._round_robin_after = row.id
         return admitted
@@ -607,6 +617,7 @@ class Supervisor:
         operator resumes it. Never silently cleared."""
         with self.store.atomic():
             self.store.update_schedule(schedule_id, blocked_reason=reason, next_due=None)
+        self.observer.schedule_changed(schedule_id)
         self.log("blocked", schedule=schedule_id, reason=reason)
 
     # -- launching ------------------------------------------------------------------
@@ -734,6 +745,7 @@ class Supervisor:
         now = self.clock()
         with self.store.atomic():
             self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+        self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
         self._notices.append(Notice(run, attempt, reason, None))
 
@@ -812,6 +824,7 @@ class Supervisor:
             return None
         watch.spec = None
         self._set_handle(watch, handle)
+        self.observer.run_launched(run.seq)
         self.log("started", run=run.run_id, schedule=run.schedule_id, attempt=watch.attempt)
         return handle
 
@@ -925,6 +938,7 @@ class Supervisor:
                 run.seq, attempt, state="failed", finished_at=now, reason=reason
             )
             self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+        self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
         self._notices.append(Notice(run, attempt, reason, None))
 
@@ -1060,6 +1074,7 @@ class Supervisor:
             self._unwatch(watch.run_seq)
         self.wake_now = True
         for watch, run, state, reason, exit_code in ended:
+            self.observer.run_ended(run.seq)
             self.log(
                 state, run=run.run_id, schedule=run.schedule_id, exit_code=exit_code, reason=reason
             )
@@ -1271,6 +1286,7 @@ class Supervisor:
                 )
             self.store.update_run(run.seq, state="failed", reason="cancelled", finished_at=now)
             self.store.finish_request(request.seq, "done", f"{run.run_id} cancelled", now)
+        self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason="cancelled")
 
     # -- recovery and drain -----------------------------------------------------------
@@ -1355,6 +1371,7 @@ class Supervisor:
             self._phase("ingestion", self.ingest_exits)
             self._phase("requests", self.handle_requests)
             self._phase("notification", self.notify_failures)
+            self._phase("metrics", self.observer.ticked, None)
             remaining = deadline - time.monotonic()
             if not self.watches or remaining <= 0:
                 return
@@ -1408,6 +1425,7 @@ def run_supervisor(
     notifier: Notifier | None = None,
     prepare: Callable[[Store], None] | None = None,
     stopped: Callable[[], bool] = lambda: False,
+    observer: Observer | None = None,
 ) -> None:
     """The whole daemon: stop signals caught first (a stop that lands while
     it starts is a clean exit), the fork server (so it inherits neither the
@@ -1421,7 +1439,17 @@ def run_supervisor(
     }
     try:
         _supervise(
-            store_root, config, control, clock, fault, log, notifier, prepare, early, stopped
+            store_root,
+            config,
+            control,
+            clock,
+            fault,
+            log,
+            notifier,
+            prepare,
+            early,
+            stopped,
+            observer,
         )
     finally:
         for signum, handler in previous.items():
@@ -1439,6 +1467,7 @@ def _supervise(
     prepare: Callable[[Store], None] | None,
     early: list[int],
     stopped: Callable[[], bool],
+    observer: Observer | None,
 ) -> None:
     control = control or ForkServerControl()
     control.start()
@@ -1459,7 +1488,14 @@ def _supervise(
             prepare(store)
         notifier = notifier or Notifier()
         supervisor = Supervisor(
-            store, config, control, clock=clock, fault=fault, log=log, notifier=notifier
+            store,
+            config,
+            control,
+            clock=clock,
+            fault=fault,
+            log=log,
+            notifier=notifier,
+            observer=observer,
         )
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, supervisor.request_stop)

@@ -29,6 +29,7 @@ PHASES = (  # the names the supervisor's phases are counted under
     "admission",
     "notification",
     "retention",
+    "metrics",
     "liveness",
     "next-due",
 )

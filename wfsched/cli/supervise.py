@@ -13,6 +13,8 @@ from wfsched.cli import CliState, pass_state
 
 if TYPE_CHECKING:
     from wfsched.eventlog import EventLog
+    from wfsched.metrics import Metrics
+    from wfsched.metrics_server import MetricsServer
     from wfsched.store import Store
 
 
@@ -29,6 +31,11 @@ if TYPE_CHECKING:
     help="Apply the definitions in DIR before starting (for ExecStart=).",
 )
 @click.option(
+    "--metrics",
+    metavar="HOST:PORT",
+    help="Serve Prometheus /metrics and /healthz here (PORT or :PORT = loopback). [off]",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["human", "json"]),
     default="human",
@@ -42,6 +49,7 @@ def supervise(
     max_concurrent_runs: int | None,
     drain_grace: float | None,
     apply_dir: str | None,
+    metrics: str | None,
     log_format: str,
 ) -> None:
     """Run the supervisor: admit due occurrences, launch and watch runs.
@@ -49,8 +57,10 @@ def supervise(
     Takes the store's supervisor.lock (a second supervisor exits 4), recovers
     what a previous one left, then runs until SIGTERM/SIGINT, when it drains.
     Settings come from <store>/config.toml, overridden by these flags.
+    With --metrics (config: metrics_listen) the address is bound before
+    anything else starts, so a bad one exits 2 with nothing done.
     """
-    from wfsched.config import load_config
+    from wfsched.config import CONFIG_NAME, load_config
     from wfsched.eventlog import EventLog
     from wfsched.faults import fault_at, no_fault
     from wfsched.supervisor import ForkServerControl, run_supervisor
@@ -62,25 +72,57 @@ def supervise(
             "poll_interval": poll_interval,
             "max_concurrent_runs": max_concurrent_runs,
             "drain_grace": drain_grace,
+            "metrics_listen": metrics,
         },
     )
     log = EventLog(log_format, clock=state.clock)
     # Test-only hook (the crash tests): kill ourselves at a named boundary.
     spec = os.environ.get("WFSCHED_FAULT")
     fault = fault_at(spec) if spec else no_fault
-    prepare = None
-    if apply_dir is not None:
-        prepare = functools.partial(_apply, apply_dir=apply_dir, state=state, log=log)
-    run_supervisor(
-        root,
-        config,
-        control=ForkServerControl(fault=spec or ""),
-        clock=state.clock,
-        fault=fault,
-        log=log,
-        prepare=prepare,
-        stopped=early_stop.caught,
+    server = None
+    observer = None
+    if config.metrics_listen is not None:
+        from wfsched.metrics import Metrics
+        from wfsched.metrics_server import MetricsServer, parse_listen
+
+        source = "--metrics" if metrics is not None else f"{root / CONFIG_NAME}: metrics_listen"
+        server = MetricsServer(parse_listen(config.metrics_listen), source)
+        observer = Metrics(poll_interval=config.poll_interval, clock=state.clock)
+    prepare = functools.partial(
+        _prepare, apply_dir=apply_dir, state=state, log=log, server=server, observer=observer
     )
+    try:
+        run_supervisor(
+            root,
+            config,
+            control=ForkServerControl(fault=spec or ""),
+            clock=state.clock,
+            fault=fault,
+            log=log,
+            prepare=prepare,
+            stopped=early_stop.caught,
+            observer=observer,
+        )
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _prepare(
+    store: Store,
+    apply_dir: str | None,
+    state: CliState,
+    log: EventLog,
+    server: MetricsServer | None,
+    observer: Metrics | None,
+) -> None:
+    """Under the supervisor's lock, before recovery: `--apply`, then serving
+    metrics (the socket was bound before the lock was taken)."""
+    if apply_dir is not None:
+        _apply(store, apply_dir, state, log)
+    if server is not None and observer is not None:
+        server.start(lambda: observer.snapshot)
+        log("metrics", listen=str(server.address))
 
 
 def _apply(store: Store, apply_dir: str, state: CliState, log: EventLog) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from wfsched.errors import StoreError
 from wfsched.store import migrations
 from wfsched.store.audit import AuditQueries
+from wfsched.store.metrics import MetricsQueries
 from wfsched.store.retention import RetentionQueries
 from wfsched.store.rows import (
     AttemptRow,
@@ -87,7 +88,7 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class Store(AuditQueries, RetentionQueries):
+class Store(AuditQueries, RetentionQueries, MetricsQueries):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
     Query groups for `audit` and retention live in their own modules as

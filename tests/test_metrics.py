@@ -1,0 +1,365 @@
+"""Layer 1: metrics from the supervisor loop with an injected clock and the
+fake launcher; the renderer, the health rule and the listener in-process."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fakes import Clock, FakeControl
+from wfsched.admin import Admin
+from wfsched.definition import parse_definition
+from wfsched.errors import UsageError
+from wfsched.metrics import Metrics, Snapshot, health, reason_label
+from wfsched.metrics_render import Renderer
+from wfsched.metrics_server import Listen, MetricsServer, parse_listen
+from wfsched.store import Store
+from wfsched.supervisor import Supervisor, SupervisorConfig
+
+T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
+MINUTE = 60
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Harness:
+    """A supervisor with a Metrics observer; `tick_at` ticks as serve() does."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clock = Clock(T0 - 30)
+        self.monotonic = Monotonic()
+        self.store = Store(root)
+        self.admin = Admin(self.store, self.clock)
+        self.control = FakeControl(clock=self.clock)
+        self.metrics = Metrics(
+            poll_interval=1.0, host="h1", clock=self.clock, monotonic=self.monotonic
+        )
+        self.supervisor = Supervisor(
+            self.store,
+            SupervisorConfig(),
+            self.control,
+            clock=self.clock,
+            log=lambda *_, **__: None,
+            observer=self.metrics,
+        )
+        self.metrics.started(self.store)
+        self.ticks = 0
+        self.tick_at(T0 - 30)
+
+    def define(self, schedule_id: str, command: str = '["true"]', extra: str = "") -> None:
+        text = (
+            f'id = "{schedule_id}"\n[trigger]\ncron = "* * * * *"\n'
+            f"[run]\ncommand = {command}\n{extra}"
+        )
+        self.admin.create(parse_definition(text, "x.toml", now=int(self.clock())))
+
+    def tick_at(self, instant: float) -> Snapshot:
+        self.clock.set(instant)
+        self.supervisor.tick()
+        self.metrics.ticked(0.002)
+        self.ticks += 1
+        snapshot = self.metrics.snapshot
+        assert snapshot is not None
+        return snapshot
+
+    def cli_admin(self) -> Admin:
+        """An operator's command: another connection to the same store."""
+        return Admin(Store(self.root), self.clock)
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    return Harness(tmp_path / "store")
+
+
+def gauge(snapshot: Snapshot, name: str, schedule_id: str) -> float | None:
+    return snapshot.schedule_gauges[f"wfsched_schedule_{name}"].get(schedule_id)
+
+
+def test_counters_and_gauges_follow_what_the_loop_commits(h: Harness) -> None:
+    h.define("ok")
+    h.define("bad", command='["/nonexistent/tool"]')
+    h.tick_at(T0 - 1)
+    h.tick_at(T0)
+    snap = h.tick_at(T0 + 0.25)
+    assert snap.occurrences[("ok", "admitted", "")] == 1
+    # A preflight-rejected occurrence is a failure: state label and last failure.
+    assert snap.occurrences[("bad", "preflight-rejected", "executable")] == 1
+    assert gauge(snap, "last_failure_timestamp_seconds", "bad") == T0
+    assert snap.executing == 1
+    assert snap.launch_latency.counts[0] == 1 and snap.launch_latency.total == 0.0
+    assert gauge(snap, "next_due_timestamp_seconds", "ok") == T0 + MINUTE
+    assert gauge(snap, "period_seconds", "ok") == MINUTE
+    assert gauge(snap, "lateness_seconds", "ok") == 60
+
+    h.clock.set(T0 + 5)
+    h.control.finish("run-000001")
+    snap = h.tick_at(T0 + 5)
+    assert snap.runs[("ok", "completed")] == 1
+    assert gauge(snap, "last_success_timestamp_seconds", "ok") == T0 + 5
+    assert snap.run_duration["ok"].total == pytest.approx(5.0)
+    assert snap.executing == 0
+
+    h.tick_at(T0 + MINUTE)
+    snap = h.tick_at(T0 + MINUTE + 1)
+    h.control.finish("run-000002", exit_code=3)
+    snap = h.tick_at(T0 + MINUTE + 2)
+    assert snap.runs[("ok", "failed")] == 1
+    assert gauge(snap, "last_failure_timestamp_seconds", "ok") == T0 + MINUTE + 1
+    # Every tick is observed once, 2 ms falling in the 2.5 ms bucket.
+    assert snap.tick_seconds.counts[2] == sum(snap.tick_seconds.counts) == h.ticks
+
+
+def test_skips_are_counted_with_a_bounded_reason(h: Harness) -> None:
+    h.define("ok")
+    h.tick_at(T0)
+    snap = h.tick_at(T0 + MINUTE)
+    assert snap.occurrences[("ok", "skipped-overlap", "overlap")] == 1
+    labels = {key[2] for key in snap.occurrences}
+    assert labels <= {"", "overlap"}
+
+
+def test_counters_are_derived_from_the_store_at_startup(h: Harness) -> None:
+    h.define("ok")
+    h.define("bad", command='["/nonexistent/tool"]')
+    h.tick_at(T0)
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 1)
+    h.tick_at(T0 + MINUTE)
+    before = h.metrics.snapshot
+    assert before is not None
+    restarted = Metrics(poll_interval=1.0, host="h1", clock=h.clock)
+    restarted.started(Store(h.root))
+    after = restarted.snapshot
+    assert after is not None
+    assert dict(after.occurrences) == dict(before.occurrences)
+    assert dict(after.runs) == dict(before.runs) == {("ok", "completed"): 1}
+    for name in ("last_success_timestamp_seconds", "last_failure_timestamp_seconds"):
+        assert dict(after.schedule_gauges[f"wfsched_schedule_{name}"]) == dict(
+            before.schedule_gauges[f"wfsched_schedule_{name}"]
+        )
+
+
+def test_operator_commands_in_another_process_are_seen(h: Harness) -> None:
+    h.define("ok")
+    h.tick_at(T0 - 10)
+    other = h.cli_admin()
+    other.pause("ok")
+    snap = h.tick_at(T0 - 9)
+    assert gauge(snap, "next_due_timestamp_seconds", "ok") is None
+    assert gauge(snap, "period_seconds", "ok") is None
+    h.clock.set(T0 + 2 * MINUTE + 5)
+    other.resume("ok")
+    snap = h.tick_at(T0 + 2 * MINUTE + 5)
+    assert snap.occurrences[("ok", "skipped-paused", "paused")] == 1
+    assert gauge(snap, "next_due_timestamp_seconds", "ok") == T0 + 3 * MINUTE
+    other.delete("ok")
+    snap = h.tick_at(T0 + 2 * MINUTE + 6)
+    assert gauge(snap, "created_timestamp_seconds", "ok") is None
+    assert snap.occurrences[("ok", "skipped-paused", "paused")] == 1
+
+
+def test_a_blocked_schedule_is_counted_and_loses_its_next_due(h: Harness) -> None:
+    h.define("ok")
+    h.tick_at(T0 - 10)
+    h.supervisor.block("ok", "records contradict each other")
+    snap = h.tick_at(T0 - 9)
+    assert snap.blocked == 1
+    assert gauge(snap, "next_due_timestamp_seconds", "ok") is None
+
+
+def test_an_idle_tick_reads_no_schedule_rows(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    for index in range(50):
+        h.define(f"s{index:02d}")
+    h.tick_at(T0 - 20)
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("an idle tick must not read schedule rows")
+
+    monkeypatch.setattr(h.store, "list_schedules", refuse)
+    monkeypatch.setattr(h.store, "schedules_by_id", refuse)
+    monkeypatch.setattr(h.store, "finished_run_counts", refuse)
+    monkeypatch.setattr(h.store, "schedule_ids_updated_since", refuse)
+    before = h.metrics.snapshot
+    snap = h.tick_at(T0 - 19)
+    assert before is not None
+    # Unchanged families are the same objects: nothing was copied either.
+    assert (
+        snap.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"]
+        is (before.schedule_gauges["wfsched_schedule_next_due_timestamp_seconds"])
+    )
+
+
+def test_a_store_fault_in_the_metrics_never_stops_the_loop(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h.define("ok")
+    h.tick_at(T0 - 20)
+
+    def locked() -> int:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(h.store, "last_occurrence_seq", locked)
+    snap = h.tick_at(T0 - 19)
+    assert h.metrics.refresh_error == "database is locked"
+    assert health(snap, h.monotonic.now)[0] == 200
+    monkeypatch.undo()
+    snap = h.tick_at(T0)
+    assert h.metrics.refresh_error is None
+    assert snap.occurrences[("ok", "admitted", "")] == 1
+
+
+def test_reason_labels_come_from_a_small_vocabulary() -> None:
+    assert reason_label(None) == ""
+    assert reason_label("supervisor-down") == "supervisor-down"
+    assert reason_label("cwd '/srv/x' does not exist or is not a directory") == "cwd"
+    assert reason_label("executable 'backup' not found on PATH") == "executable"
+    assert reason_label("input: report.time: bad") == "input"
+    assert reason_label("superseded by a newer instant (2026-12-01T09:00:00Z)") == "newer-instant"
+    assert reason_label("Something /with/a/path 2026") == "other"
+
+
+def test_health_is_503_after_three_silent_poll_intervals(h: Harness) -> None:
+    snap = h.tick_at(T0 - 20)
+    assert health(snap, h.monotonic.now + 2.9) == (200, "leader ok\n")
+    status, body = health(snap, h.monotonic.now + 3.1)
+    assert status == 503 and body.startswith("leader stalled: no tick for 3.1s")
+    assert health(None, 0.0)[0] == 503
+
+
+def same_samples(one: bytes, other: bytes) -> bool:
+    """The same lines; a cached family may list its label sets in another order."""
+    return sorted(one.splitlines()) == sorted(other.splitlines())
+
+
+def test_the_renderer_reuses_only_what_did_not_change(h: Harness) -> None:
+    for name in ("a", "b", "c"):
+        h.define(name)
+    renderer = Renderer()
+    renderer.render(h.tick_at(T0 - 20))
+    idle = h.tick_at(T0 - 19)
+    assert same_samples(renderer.render(idle), Renderer().render(idle))
+    h.tick_at(T0)
+    h.control.finish("run-000002")
+    snap = h.tick_at(T0 + 1)
+    cached = renderer.render(snap)
+    assert same_samples(cached, Renderer().render(snap))
+    families = {family.name: family for family in text_string_to_metric_families(cached.decode())}
+    due = {
+        sample.labels["schedule"]: sample.value
+        for sample in families["wfsched_schedule_next_due_timestamp_seconds"].samples
+    }
+    assert due == {"a": T0 + MINUTE, "b": T0 + MINUTE, "c": T0 + MINUTE}
+    runs = [s for s in families["wfsched_runs"].samples if s.name == "wfsched_runs_total"]
+    assert [(s.labels, s.value) for s in runs] == [({"schedule": "b", "outcome": "completed"}, 1.0)]
+    h.cli_admin().delete("c")
+    text = renderer.render(h.tick_at(T0 + 2)).decode()
+    assert 'schedule="c"' in text  # its counters stay: history
+    assert 'next_due_timestamp_seconds{schedule="c"}' not in text
+    assert 'next_due_timestamp_seconds{schedule="a"}' in text
+
+
+def test_listen_addresses() -> None:
+    assert parse_listen("9464") == Listen("127.0.0.1", 9464)
+    assert parse_listen(":9464") == Listen("127.0.0.1", 9464)
+    assert parse_listen("0.0.0.0:9464") == Listen("0.0.0.0", 9464)
+    assert parse_listen("[::1]:9464") == Listen("::1", 9464)
+    assert str(parse_listen("[::1]:9464")) == "[::1]:9464"
+    for bad in ("", "abc", "1.2.3.4", "host:99999", "[::1]", "::1:80", "h:-1"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_listener_serves_the_latest_snapshot_and_health(h: Harness) -> None:
+    server = MetricsServer(parse_listen("127.0.0.1:0"), "--metrics")
+    server.start(lambda: h.metrics.snapshot, monotonic=h.monotonic)
+    try:
+        base = f"http://127.0.0.1:{server.address.port}"
+        h.tick_at(T0 - 20)
+        assert _get(base + "/healthz") == (200, "leader ok\n")
+        h.monotonic.now += 3.5
+        status, body = _get(base + "/healthz")
+        assert status == 503 and "stalled" in body
+        status, text = _get(base + "/metrics")
+        assert status == 200
+        names = {family.name for family in text_string_to_metric_families(text)}
+        assert {"wfsched_leader", "wfsched_store_info", "wfsched_tick_duration_seconds"} <= names
+        assert _get(base + "/other")[0] == 404
+    finally:
+        server.close()
+
+
+def test_a_port_in_use_is_one_clear_error() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(UsageError) as caught:
+            MetricsServer(parse_listen(f"127.0.0.1:{port}"), "--metrics")
+    message = str(caught.value)
+    assert message.startswith(f"--metrics 127.0.0.1:{port}: cannot listen: address already in use")
+    assert "\n" not in message
+
+
+def test_ipv6_loopback_listens_where_the_host_has_it() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("this host has no IPv6")
+    try:
+        server = MetricsServer(parse_listen("[::1]:0"), "--metrics")
+    except UsageError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    try:
+        server.start(lambda: None)
+        assert server.address.host == "::1"
+        assert _get(f"http://[::1]:{server.address.port}/healthz")[0] == 503
+    finally:
+        server.close()
+
+
+def test_published_families_name_their_changed_keys_and_fall_back_when_far_behind() -> None:
+    from wfsched.metrics import HISTORY, _Family
+    from wfsched.metrics_render import _gauge, _Keyed
+
+    family = _Family()
+    family.set("a", 1.0)
+    family.set("b", 2.0)
+    first = family.publish()
+    assert family.publish() is first  # nothing changed: the same object
+    family.set("b", 3.0)
+    family.drop("a")
+    second = family.publish()
+    assert second.changed_since(first.version) == {"a", "b"}
+    assert first.changed_since(second.version) is None
+    keyed = _Keyed(_gauge("wfsched_x_seconds", "x"))
+    keyed.render(first)
+    for value in range(HISTORY + 2):
+        family.set("c", float(value))
+        family.publish()
+    far = family.publish()
+    assert far.changed_since(second.version) is None
+    text = keyed.render(far).decode()
+    assert 'wfsched_x_seconds{schedule="a"}' not in text
+    assert f'wfsched_x_seconds{{schedule="c"}} {HISTORY + 1:.1f}' in text
+    assert 'wfsched_x_seconds{schedule="b"} 3.0' in text
