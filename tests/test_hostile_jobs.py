@@ -4,6 +4,7 @@ lands while the supervisor starts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -193,7 +194,9 @@ def test_the_supervisor_outlives_launchers_killed_while_they_start(
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             for pid in children(daemon.proc.pid):
-                os.kill(pid, signal.SIGKILL)
+                # A child listed a moment ago may already be gone (reaped).
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(0.005)
         assert daemon.proc.poll() is None, daemon.text()
         assert "launcher-down" in daemon.text()
