@@ -46,7 +46,7 @@ from common import (
     write_definitions,
 )
 
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 from wfsched.timeutil import parse_instant
 
 TARGETS = {100: 0.5, 1000: 5.0}
@@ -94,7 +94,7 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
             cpu0 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
             wait_for(lambda: time.time() > instant, lead + 5, 0.05)
             wait_for(lambda: sum(1 for _ in out.iterdir()) >= n, 60, 0.1)
-            db = Store(store, create=False)
+            db = SQLiteStore(store, create=False)
             wait_for(lambda: db.run_state_counts() == {} and bool(db.list_runs(limit=1)), 60, 0.2)
             db.close()
             time.sleep(0.5)  # the fork server reaps the last shims
@@ -105,7 +105,7 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
             rc = stop_supervisor(sup)
 
         stamps = read_stamps(out)
-        db = Store(store, create=False)
+        db = SQLiteStore(store, create=False)
         runs = db.list_runs(limit=n * 2 + 10)
         attempts = {run.seq: db.get_attempt(run.seq, 1) for run in runs}
         db.close()

@@ -45,9 +45,10 @@ from common import (
 )
 
 from wfsched.admin import Admin
+from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
-from wfsched.store import Store
-from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.store import SQLiteStore
+from wfsched.supervisor import Supervisor
 from wfsched.timeutil import format_instant
 
 YEAR = 365 * 86400
@@ -61,8 +62,8 @@ class SettableClock:
         return self.now
 
 
-def make_store(root: Path, misfire: str, then: float) -> Store:
-    store = Store(root)
+def make_store(root: Path, misfire: str, then: float) -> SQLiteStore:
+    store = SQLiteStore(root)
     text = cron_definition(
         f"minutely-{misfire}",
         "* * * * *",
@@ -74,7 +75,7 @@ def make_store(root: Path, misfire: str, then: float) -> Store:
     return store
 
 
-def ledger(store: Store, schedule_id: str) -> list[tuple]:
+def ledger(store: SQLiteStore, schedule_id: str) -> list[tuple]:
     return store._conn.execute(  # a read-only peek at the ledger, for the report
         "SELECT seq, state, reason, scheduled_at, last_at, count, summary FROM occurrences"
         " WHERE schedule_id = ? ORDER BY seq",
@@ -125,7 +126,7 @@ def real_supervisor(misfire: str, years: float, keep: bool) -> tuple[float | Non
         make_store(store_dir, misfire, then).close()
         sup = start_supervisor(store_dir, root / "supervisor.log")
         try:
-            db = Store(store_dir, create=False)
+            db = SQLiteStore(store_dir, create=False)
             wait_for(lambda: len(ledger(db, f"minutely-{misfire}")) > 0, 10)
             time.sleep(0.5)
             rows = ledger(db, f"minutely-{misfire}")

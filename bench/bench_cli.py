@@ -8,7 +8,7 @@ Prints the median of:
 - `wfsched apply DIR` of 10,000 definitions into an empty store, and the
   second, unchanged apply of the same folder;
 - `wfsched occurrences ID --page CURSOR --json` deep inside a history of
-  1,000,000 rows seeded through `Store.insert_occurrences`.
+  1,000,000 rows seeded through `SQLiteStore.insert_occurrences`.
 
 Everything lives in a temporary directory that is removed afterwards.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 from wfsched.admin import Admin
 from wfsched.definition import parse_definition
 from wfsched.paging import encode_cursor
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 
 DEFINITION = """\
 id = "{id}"
@@ -90,7 +90,7 @@ def write_definitions(folder: Path, count: int) -> None:
 
 def bench_list(binary: str, work: Path, repeat: int) -> float:
     store_path = work / "list-store"
-    store = Store(store_path)
+    store = SQLiteStore(store_path)
     admin = Admin(store)
     for index in range(100):
         admin.create(
@@ -113,7 +113,7 @@ def bench_apply(binary: str, work: Path, count: int, repeat: int) -> tuple[float
 
 def bench_occurrences(binary: str, work: Path, rows: int, repeat: int) -> float:
     store_path = work / "history-store"
-    store = Store(store_path)
+    store = SQLiteStore(store_path)
     Admin(store, clock=lambda: 1_000_000_000.0).create(
         parse_definition(DEFINITION.format(id="deep", minute="*"), "bench")
     )

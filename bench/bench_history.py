@@ -4,7 +4,7 @@
     python bench/bench_history.py                       # 1,000,000 rows, 100,000 runs (~3 min)
     python bench/bench_history.py --occurrences 100000 --runs 10000 --repeat 11   # quick
 
-Three stores, each seeded through Store methods with 1 busy schedule (`hot`,
+Three stores, each seeded through SQLiteStore methods with 1 busy schedule (`hot`,
 every minute) plus 100 others (daily):
 
 - empty: no history at all;
@@ -54,13 +54,14 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes import Clock, FakeControl  # noqa: E402
 from wfsched.admin import Admin  # noqa: E402
+from wfsched.config import SupervisorConfig  # noqa: E402
 from wfsched.definition import parse_definition  # noqa: E402
 from wfsched.paging import encode_cursor  # noqa: E402
 from wfsched.retention import PruneReport, prune  # noqa: E402
 from wfsched.rundirs import RunDir  # noqa: E402
 from wfsched.runs import Runs  # noqa: E402
-from wfsched.store import Store, run_id  # noqa: E402
-from wfsched.supervisor import Supervisor, SupervisorConfig  # noqa: E402
+from wfsched.store import SQLiteStore, run_id  # noqa: E402
+from wfsched.supervisor import Supervisor  # noqa: E402
 from wfsched.timeutil import parse_duration  # noqa: E402
 
 MINUTE = 60
@@ -84,7 +85,7 @@ INVOCATION = json.dumps(
 # -- seeding --------------------------------------------------------------------------
 
 
-def create_schedules(store: Store, start: int) -> None:
+def create_schedules(store: SQLiteStore, start: int) -> None:
     admin = Admin(store, Clock(start))
     texts = ['id = "hot"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\n']
     texts += [
@@ -95,11 +96,11 @@ def create_schedules(store: Store, start: int) -> None:
         admin.create(parse_definition(text, "bench.toml", now=start))
 
 
-def seed(root: Path, occurrences: int, runs: int, dirs: int) -> Store:
+def seed(root: Path, occurrences: int, runs: int, dirs: int) -> SQLiteStore:
     """`hot` gets `occurrences` instants ending at T_END; every
     RUN_EVERY-th of the last `runs * RUN_EVERY` is a completed run."""
     start = T_END - occurrences * MINUTE
-    store = Store(root)
+    store = SQLiteStore(root)
     create_schedules(store, start - MINUTE)
     run_from = occurrences - runs * RUN_EVERY
     chunk = 50_000
@@ -165,7 +166,7 @@ def median_seconds(fn: Callable[[], Any], repeat: int) -> float:
 class TickBench:
     """A supervisor over the store; each tick admits the next `hot` instant."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: SQLiteStore) -> None:
         self.store = store
         self.clock = Clock(T_END + 1)
         self.control = FakeControl()
@@ -209,7 +210,7 @@ class TickBench:
         record.write_text(json.dumps(document))
 
 
-def query_timings(store: Store, repeat: int) -> dict[str, float]:
+def query_timings(store: SQLiteStore, repeat: int) -> dict[str, float]:
     hot = store.get_schedule("hot")
     now = hot.next_due if hot is not None and hot.next_due is not None else T_END
     ids = [row.id for row in store.due_schedules(T_END + 10 * MINUTE, limit=100_000)] or ["hot"]
@@ -224,7 +225,7 @@ def query_timings(store: Store, repeat: int) -> dict[str, float]:
     return {name: median_seconds(fn, repeat) for name, fn in calls.items()}
 
 
-def page_keys(store: Store) -> dict[str, str | None]:
+def page_keys(store: SQLiteStore) -> dict[str, str | None]:
     """Cursors for the first, middle and last page of `hot`."""
     total = history_rows(store, "hot")
     keys: dict[str, str | None] = {"first": None}
@@ -234,7 +235,7 @@ def page_keys(store: Store) -> dict[str, str | None]:
     return keys
 
 
-def history_rows(store: Store, schedule_id: str) -> int:
+def history_rows(store: SQLiteStore, schedule_id: str) -> int:
     conn = store._conn  # bench-only peek; the product has no count query
     return int(
         conn.execute(
@@ -243,7 +244,7 @@ def history_rows(store: Store, schedule_id: str) -> int:
     )
 
 
-def nth_position(store: Store, index: int) -> int | None:
+def nth_position(store: SQLiteStore, index: int) -> int | None:
     """The ledger position of the index-th row of `hot` (history order)."""
     if index <= 0:
         return None
@@ -255,7 +256,7 @@ def nth_position(store: Store, index: int) -> int | None:
     return int(row[0]) if row else None
 
 
-def paging_timings(store: Store, repeat: int) -> dict[str, float]:
+def paging_timings(store: SQLiteStore, repeat: int) -> dict[str, float]:
     admin = Admin(store, Clock(T_END))
     timings = {}
     for name, cursor in page_keys(store).items():
@@ -272,7 +273,7 @@ def paging_timings(store: Store, repeat: int) -> dict[str, float]:
     return timings
 
 
-def measure(label: str, store: Store, repeat: int, paging: bool = True) -> dict[str, float]:
+def measure(label: str, store: SQLiteStore, repeat: int, paging: bool = True) -> dict[str, float]:
     figures: dict[str, float] = {}
     bench = TickBench(store)
     figures["tick (due hot, ingest+admit+launch)"] = statistics.median(bench.tick_samples(repeat))
@@ -287,7 +288,7 @@ def measure(label: str, store: Store, repeat: int, paging: bool = True) -> dict[
 
 
 @contextlib.contextmanager
-def timed_transactions(store: Store, durations: list[float]) -> Iterator[None]:
+def timed_transactions(store: SQLiteStore, durations: list[float]) -> Iterator[None]:
     """Time every top-level write transaction prune opens (the supervisor
     waits at most that long for the write lock)."""
     original = store.atomic
@@ -331,7 +332,7 @@ def timed_rmtree(spent: list[float]) -> Iterator[None]:
         shutil.rmtree = original
 
 
-def bench_prune(store: Store, now: float, bound: float) -> dict[str, Any]:
+def bench_prune(store: SQLiteStore, now: float, bound: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
     dry = prune(store, bound, now, dry_run=True)
@@ -393,7 +394,7 @@ class RecordingConnection:
         return getattr(self._conn, name)
 
 
-def capture_plans(store: Store, now: float, bound: float) -> dict[str, list[str]]:
+def capture_plans(store: SQLiteStore, now: float, bound: float) -> dict[str, list[str]]:
     """EXPLAIN QUERY PLAN of each distinct statement the measured calls run."""
     seen: list[tuple[str, Any]] = []
     conn = store._conn

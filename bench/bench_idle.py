@@ -60,9 +60,10 @@ from common import (
 )
 
 from wfsched.admin import Admin
+from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
-from wfsched.store import Store
-from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.store import SQLiteStore
+from wfsched.supervisor import Supervisor
 
 
 def create_schedules(store_dir: Path, defs: Path, n: int, cron: str, method: str) -> float:
@@ -79,7 +80,7 @@ def create_schedules(store_dir: Path, defs: Path, n: int, cron: str, method: str
             f" `wfsched apply` took {time.perf_counter() - t1:.2f}s"
         )
         return time.perf_counter() - t0
-    store = Store(store_dir)
+    store = SQLiteStore(store_dir)
     admin = Admin(store)
     with store.atomic():
         for name, text in docs:
@@ -110,7 +111,7 @@ def time_scrapes(sup: SupervisorProcess, store: Path, count: int) -> dict[str, l
 
 def profile_ticks(store_dir: Path, ticks: int) -> None:
     """The same store, ticked in-process under cProfile (no process starts)."""
-    store = Store(store_dir)
+    store = SQLiteStore(store_dir)
     control = NullControl()
     sup = Supervisor(store, SupervisorConfig(), control, log=lambda *a, **k: None)
     sup.recover()
@@ -181,7 +182,7 @@ def main() -> int:
             srv1 = cpu_seconds(server[0]) if server else 0.0
             if args.metrics:
                 scrapes = time_scrapes(sup, store, args.scrapes)
-            db = Store(store, create=False)
+            db = SQLiteStore(store, create=False)
             last_tick = float(db.get_meta("last_tick_at") or 0)
             runs = len(db.list_runs(limit=10))
             db.close()

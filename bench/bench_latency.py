@@ -51,7 +51,7 @@ from common import (
 )
 
 from wfsched.launcher import read_exit_record
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 
 
 def main() -> int:
@@ -127,7 +127,7 @@ def main() -> int:
             verdicts.require("scrapes answered", not scraper.errors, f"{scraper.errors[:2]}")
 
         stamps = read_stamps(out)
-        db = Store(store, create=False)
+        db = SQLiteStore(store, create=False)
         runs = {run.run_id: run for run in db.list_runs(limit=10_000)}
         rows = []
         for run_id, run in sorted(runs.items()):

@@ -31,6 +31,7 @@ printed with them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import selectors
 import statistics
@@ -271,9 +272,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.bare:
-        import wfsched.cli.main
-        import wfsched.store
-        import wfsched.supervisor  # noqa: F401
+        for module in ("wfsched.cli.main", "wfsched.store", "wfsched.supervisor"):
+            importlib.import_module(module)
     print(f"this process: {_rss_kib(os.getpid()) / 1024:.1f} MiB resident")
     with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as tmp:
         root = Path(tmp)

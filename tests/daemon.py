@@ -114,7 +114,12 @@ def write_definition(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def utc_in(seconds: float) -> str:
-    """An RFC 3339 instant at least `seconds` from now (whole seconds)."""
-    moment = math.ceil(time.time() + seconds)
+def utc_ago(seconds: float) -> str:
+    """An RFC 3339 instant at least `seconds` ago (whole seconds).
+
+    A one-shot at such an instant is due the moment it is created (an instant
+    already past at create is left to the misfire policy, and within
+    `lateness` it runs), so a test need not wait for a future instant.
+    """
+    moment = math.floor(time.time() - seconds)
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))

@@ -21,7 +21,7 @@ from wfsched.definition import parse_definition
 from wfsched.errors import ConflictError, UsageError
 from wfsched.model import Definition
 from wfsched.paging import encode_cursor
-from wfsched.store import OccurrenceRow, ScheduleRow, Store
+from wfsched.store import OccurrenceRow, ScheduleRow, SQLiteStore
 from wfsched.timeutil import format_instant
 
 T0 = 1_796_083_200  # 2026-12-01T00:00:00Z
@@ -32,7 +32,7 @@ HOUR = 3600
 class Env:
     def __init__(self, root: Path) -> None:
         self.t = [T0 + 0.25]
-        self.store = Store(root / "store")
+        self.store = SQLiteStore(root / "store")
         self.admin = Admin(self.store, clock=lambda: self.t[0])
 
     def at(self, when: float) -> Env:

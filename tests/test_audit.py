@@ -26,10 +26,11 @@ from conftest import CliRun
 from tests.fakes import Clock, FakeControl
 from wfsched.admin import Admin
 from wfsched.audit import CHECKS, audit
+from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
 from wfsched.runs import Runs
-from wfsched.store import Store
-from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.store import SQLiteStore
+from wfsched.supervisor import Supervisor
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60
@@ -56,7 +57,7 @@ def build_store(root: Path) -> None:
     superseded rows, a catch-up jump, a paused span, an edit, a delete, a
     manual run and a supervisor-down span after a restart."""
     clock = Clock(T0 - 30)
-    store = Store(root)
+    store = SQLiteStore(root)
     admin = Admin(store, clock)
     runs = Runs(store, clock)
     control = FakeControl()
@@ -145,7 +146,7 @@ def found(report: dict) -> list[tuple[str, str | None, str | None]]:
 
 
 def test_built_store_is_what_the_cases_assume(built: Path) -> None:
-    store = Store(built)
+    store = SQLiteStore(built)
     try:
         runs = {run.run_id: run for run in store.list_runs(limit=100)}
         assert {
@@ -187,7 +188,7 @@ def test_audit_writes_nothing(copy: Path) -> None:
             return list(conn.iterdump())
 
     before = dump()
-    store = Store(copy)
+    store = SQLiteStore(copy)
     try:
         assert audit(store)["ok"] is True
     finally:
@@ -442,7 +443,7 @@ def test_missing_store_is_not_found(run_cli: CliRun, tmp_path: Path) -> None:
 def test_three_year_catch_up_audits_clean_quickly(run_cli: CliRun, tmp_path: Path) -> None:
     root = tmp_path / "long"
     clock = Clock(T0 - 30)
-    store = Store(root)
+    store = SQLiteStore(root)
     admin = Admin(store, clock)
     control = FakeControl()
     supervisor = Supervisor(
@@ -487,7 +488,7 @@ def test_an_edit_after_a_clock_rollback_owes_nothing_before_the_watermark(
     instants up to it are never decided: not a gap (found by a random walk)."""
     root = tmp_path / "rollback"
     clock = Clock(T0 - 30)
-    store = Store(root)
+    store = SQLiteStore(root)
     admin = Admin(store, clock)
     supervisor = Supervisor(
         store, SupervisorConfig(), FakeControl(), clock=clock, log=lambda *_, **__: None
@@ -513,12 +514,12 @@ def test_an_edit_after_a_clock_rollback_owes_nothing_before_the_watermark(
     assert "2026-12-01T09:14:00Z is not accounted for" in report["violations"][0]["detail"]
 
 
-def rollback_store(root: Path, edit: str) -> Store:
+def rollback_store(root: Path, edit: str) -> SQLiteStore:
     """A pause and resume move the watermark ahead of every ledger row (no
     instant of */5 in between); the clock then rolls back and an edit
     replaces the calendar with an every-minute one."""
     clock = Clock(T0 - 30)
-    store = Store(root)
+    store = SQLiteStore(root)
     admin = Admin(store, clock)
     supervisor = Supervisor(
         store, SupervisorConfig(), FakeControl(), clock=clock, log=lambda *_, **__: None
@@ -586,7 +587,7 @@ def test_pruned_history_still_audits_clean(run_cli: CliRun, copy: Path) -> None:
     rows, removes their directories, and the ledger stays a complete account."""
     from wfsched.retention import prune
 
-    store = Store(copy)
+    store = SQLiteStore(copy)
     try:
         report = prune(store, 0, T0 + 6 * HOUR)
     finally:

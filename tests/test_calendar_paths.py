@@ -25,7 +25,7 @@ from wfsched.admin import Admin
 from wfsched.calendar import CronCalendar
 from wfsched.decisions import SCAN_CAP, Span, span_between
 from wfsched.definition import parse_definition
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 from wfsched.supervisor import Supervisor, SupervisorConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def test_catch_up_span_counts_both_passes_of_a_fold() -> None:
 class Setup:
     def __init__(self, root: Path, start: str) -> None:
         self.clock = Clock(at(start))
-        self.store = Store(root)
+        self.store = SQLiteStore(root)
         self.admin = Admin(self.store, self.clock)
         self.control = FakeControl()
         self.supervisor = Supervisor(

@@ -14,7 +14,7 @@ from conftest import CliRun, definition_text, wfsched_executable
 
 from wfsched.cli import CliState
 from wfsched.cli.main import cli
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 
 CRON_HEADER = 'id = "bad"\n\n[trigger]\ncron = "0 * * * *"\n\n[run]\ncommand = ["/bin/true"]\n'
 
@@ -129,7 +129,7 @@ def assert_one_line_error(err: str, *needles: str) -> None:
 def schedule_ids(store_path: Path) -> list[str]:
     if not (store_path / "wfsched.db").exists():
         return []
-    store = Store(store_path)
+    store = SQLiteStore(store_path)
     try:
         return [row.id for row in store.list_schedules(include_deleted=True)]
     finally:
@@ -175,14 +175,14 @@ def test_invalid_update_changes_nothing(
 ) -> None:
     good = write_toml("bad.toml", definition_text("bad"), folder="good")
     assert run_cli("create", str(good))[0] == 0
-    store = Store(store_path)
+    store = SQLiteStore(store_path)
     before = store.get_schedule("bad")
     store.close()
     path = write_toml("bad.toml", text)
     code, out, err = run_cli("update", str(path), "--expected-revision", "1")
     assert code == 2 and out == ""
     assert_one_line_error(err, f"{path}: ", *needles)
-    store = Store(store_path)
+    store = SQLiteStore(store_path)
     assert store.get_schedule("bad") == before
     store.close()
 

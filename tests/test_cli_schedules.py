@@ -14,7 +14,7 @@ import pytest
 from conftest import CLI_NOW, CliRun, definition_text, wfsched_executable
 
 from wfsched.cli.main import cli
-from wfsched.store import ScheduleRow, Store
+from wfsched.store import ScheduleRow, SQLiteStore
 from wfsched.timeutil import format_instant
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -50,8 +50,8 @@ OCCURRENCE_FIELDS = [
 
 
 @contextmanager
-def opened(store_path: Path) -> Iterator[Store]:
-    store = Store(store_path)
+def opened(store_path: Path) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(store_path)
     try:
         yield store
     finally:

@@ -3,10 +3,11 @@ it, and check that nothing was doubled, lost or replayed.
 
 The supervisor kills itself at a named point (WFSCHED_FAULT=point[:N], the
 test-only hook in wfsched.faults). Jobs append a line to a file per start, so
-a double launch cannot hide. Schedules use misfire = "latest" so the instant
-is still owed after the restart and every boundary ends in exactly one run,
-except where the launch became ambiguous: that run must be failed with the
-external-effects disclosure and never retried.
+a double launch cannot hide. Schedules are one-shots already past when
+created (due at once, no waiting for a future instant), with misfire =
+"latest" so the instant is still owed after the restart and every boundary
+ends in exactly one run, except where the launch became ambiguous: that run
+must be failed with the external-effects disclosure and never retried.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
 
 FINAL = ("completed", "failed")
 
 
 def define_one_shot(store: Path, tmp_path: Path, ledger: Path, body: str = "") -> None:
     text = (
-        f'id = "job"\n[trigger]\nat = "{utc_in(1.5)}"\n[run]\n'
+        f'id = "job"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
         f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
         f'sleep 0.3; echo done >> {ledger}"]\n{body}'
         '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
@@ -165,7 +166,7 @@ def test_kill_around_resume(
     store = tmp_path / "store"
     ledger = tmp_path / "ledger"
     text = (
-        f'id = "job"\n[trigger]\nat = "{utc_in(1.5)}"\n[run]\n'
+        f'id = "job"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
         f'command = ["sh", "-c", "echo $WFSCHED_ATTEMPT >> {ledger}; '
         '[ $WFSCHED_ATTEMPT = 1 ] && exit 75; exit 0"]\ninterrupt_exit_code = 75\n'
         '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
@@ -324,7 +325,7 @@ def test_launcher_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(
     tmp_path: Path,
 ) -> None:
     from wfsched.runs import Runs
-    from wfsched.store import Store
+    from wfsched.store import SQLiteStore
 
     store = tmp_path / "store"
     ledger = tmp_path / "ledger"
@@ -335,7 +336,7 @@ def test_launcher_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(
     )
     assert wfsched(store, "create", str(write_definition(tmp_path, "led", text))).returncode == 0
     daemon = Daemon(store, "--max-concurrent-runs", "8")
-    handle = Store(store)
+    handle = SQLiteStore(store)
     try:
         daemon.wait_started()
         requests = Runs(handle)

@@ -20,7 +20,7 @@ from wfsched.errors import UsageError
 from wfsched.metrics import Metrics, Snapshot, health, reason_label
 from wfsched.metrics_render import Renderer
 from wfsched.metrics_server import Listen, MetricsServer, parse_listen
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 from wfsched.supervisor import Supervisor, SupervisorConfig
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
@@ -42,7 +42,7 @@ class Harness:
         self.root = root
         self.clock = Clock(T0 - 30)
         self.monotonic = Monotonic()
-        self.store = Store(root)
+        self.store = SQLiteStore(root)
         self.admin = Admin(self.store, self.clock)
         self.control = FakeControl(clock=self.clock)
         self.metrics = Metrics(
@@ -78,7 +78,7 @@ class Harness:
 
     def cli_admin(self) -> Admin:
         """An operator's command: another connection to the same store."""
-        return Admin(Store(self.root), self.clock)
+        return Admin(SQLiteStore(self.root), self.clock)
 
 
 @pytest.fixture
@@ -143,7 +143,7 @@ def test_counters_are_derived_from_the_store_at_startup(h: Harness) -> None:
     before = h.metrics.snapshot
     assert before is not None
     restarted = Metrics(poll_interval=1.0, host="h1", clock=h.clock)
-    restarted.started(Store(h.root))
+    restarted.started(SQLiteStore(h.root))
     after = restarted.snapshot
     assert after is not None
     assert dict(after.occurrences) == dict(before.occurrences)

@@ -11,14 +11,14 @@ import pytest
 
 from tests.daemon import wfsched
 from wfsched.errors import StoreError
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 from wfsched.store.migrations import LATEST_VERSION
 
 DEFINITION = 'id = "a"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["true"]\n'
 
 
 def test_a_blank_store_is_created_owner_only_at_the_latest_schema(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     assert store.schema_version == LATEST_VERSION
     assert stat.S_IMODE((tmp_path / "s").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "s" / "wfsched.db").stat().st_mode) == 0o600
@@ -30,19 +30,19 @@ def test_a_blank_store_is_created_owner_only_at_the_latest_schema(tmp_path: Path
 
 
 def test_reopening_is_idempotent(tmp_path: Path) -> None:
-    Store(tmp_path / "s").close()
-    store = Store(tmp_path / "s")
+    SQLiteStore(tmp_path / "s").close()
+    store = SQLiteStore(tmp_path / "s")
     assert store.schema_version == LATEST_VERSION
     store.close()
 
 
 def test_a_newer_schema_is_refused_with_a_clear_line(tmp_path: Path) -> None:
-    Store(tmp_path / "s").close()
+    SQLiteStore(tmp_path / "s").close()
     db = sqlite3.connect(tmp_path / "s" / "wfsched.db")
     db.execute(f"PRAGMA user_version = {LATEST_VERSION + 1}")
     db.close()
     with pytest.raises(StoreError, match="newer than this wfsched"):
-        Store(tmp_path / "s")
+        SQLiteStore(tmp_path / "s")
     result = wfsched(tmp_path / "s", "list")
     assert result.returncode == 1
     assert "upgrade wfsched" in result.stderr
@@ -60,7 +60,7 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_atomic_rolls_back_and_keeps_the_original_error(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     with pytest.raises(KeyError, match="original"), store.atomic():
         store.insert_schedule("a", "{}", 1.0, 0, None)
         raise KeyError("original")
@@ -76,7 +76,7 @@ def test_atomic_rolls_back_and_keeps_the_original_error(tmp_path: Path) -> None:
 
 
 def test_the_watermark_cannot_move_back_whoever_tries(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     with store.atomic():
         store.insert_schedule("a", "{}", 1.0, 100, None)
     with pytest.raises(sqlite3.IntegrityError, match="may not move back"), store.atomic():
@@ -87,7 +87,7 @@ def test_the_watermark_cannot_move_back_whoever_tries(tmp_path: Path) -> None:
 
 
 def test_the_same_instant_cannot_be_decided_twice(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     with store.atomic():
         store.insert_schedule("a", "{}", 1.0, 100, None)
         store.insert_occurrence("a", 160, "admitted", 1, 1.0)
@@ -139,7 +139,7 @@ def test_a_failed_commit_rolls_back_so_the_next_transaction_commits(tmp_path: Pa
     """A COMMIT can fail and leave SQLite's transaction open (here a deferred
     foreign key; a full disk does the same). Without a rollback, every later
     atomic() would nest in it as a savepoint and never be committed."""
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     with pytest.raises(sqlite3.IntegrityError), store.atomic():
         store._conn.execute("PRAGMA defer_foreign_keys = ON")
         store.insert_run("no-such-schedule", "manual", 0, 1, "{}", 0.0)
@@ -147,7 +147,7 @@ def test_a_failed_commit_rolls_back_so_the_next_transaction_commits(tmp_path: Pa
     with store.atomic():
         store.set_meta(probe="kept")
     store.close()
-    other = Store(tmp_path / "s")
+    other = SQLiteStore(tmp_path / "s")
     assert other.get_meta("probe") == "kept"
     assert other.list_runs() == []
     other.close()
@@ -194,7 +194,7 @@ def test_a_version_1_store_is_upgraded_and_audits_clean(tmp_path: Path) -> None:
 
     root = tmp_path / "s"
     v1_store(root)
-    store = Store(root)
+    store = SQLiteStore(root)
     assert store.schema_version == LATEST_VERSION == 3
     assert store._conn.execute("SELECT watermark FROM revisions").fetchall() == [(None,)]
     assert audit(store)["violations"] == []
@@ -207,7 +207,7 @@ def test_a_version_1_store_is_upgraded_and_audits_clean(tmp_path: Path) -> None:
     ]
     assert audit(store)["violations"] == []
     store.close()
-    assert Store(root).schema_version == 3  # reopening applies nothing twice
+    assert SQLiteStore(root).schema_version == 3  # reopening applies nothing twice
 
 
 def test_migrations_apply_every_newer_version_in_order_gaps_allowed(
@@ -217,7 +217,7 @@ def test_migrations_apply_every_newer_version_in_order_gaps_allowed(
 
     first = next(m for m in migrations.MIGRATIONS if m[0] == 1)
     monkeypatch.setattr(migrations, "MIGRATIONS", [first])
-    Store(tmp_path / "s").close()
+    SQLiteStore(tmp_path / "s").close()
     # Listed out of order, with gaps: 7 needs 4's table, so order matters.
     monkeypatch.setattr(
         migrations,
@@ -228,7 +228,7 @@ def test_migrations_apply_every_newer_version_in_order_gaps_allowed(
             (4, "table", ["CREATE TABLE t4 (x)"]),
         ],
     )
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     assert store.schema_version == 7
     names = {row[0] for row in store._conn.execute("SELECT name FROM sqlite_master")}
     assert {"t4", "t4_x"} <= names
@@ -242,7 +242,7 @@ def test_migrations_apply_every_newer_version_in_order_gaps_allowed(
     db = sqlite3.connect(tmp_path / "s" / "wfsched.db")
     db.execute("PRAGMA user_version = 4")
     db.close()
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     names = {row[0] for row in store._conn.execute("SELECT name FROM sqlite_master")}
     assert store.schema_version == 9 and "t9" in names and "t4b" not in names
     store.close()
@@ -251,7 +251,7 @@ def test_migrations_apply_every_newer_version_in_order_gaps_allowed(
     db.execute("PRAGMA user_version = 10")
     db.close()
     with pytest.raises(StoreError, match="schema version 10 is newer than this wfsched"):
-        Store(tmp_path / "s")
+        SQLiteStore(tmp_path / "s")
 
 
 def version_1_store(root: Path) -> None:
@@ -289,7 +289,7 @@ def test_version_1_history_keeps_its_order_and_new_rows_follow_it(tmp_path: Path
     from wfsched.audit import audit
 
     version_1_store(tmp_path / "s")
-    store = Store(tmp_path / "s")
+    store = SQLiteStore(tmp_path / "s")
     try:
         assert store.schema_version == LATEST_VERSION
         # Migrated rows keep the (instant, seq) order version 1 showed them in.

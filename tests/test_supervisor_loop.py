@@ -14,10 +14,11 @@ import pytest
 
 from tests.fakes import Clock, FakeControl, write_exit_record
 from wfsched.admin import Admin
+from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
 from wfsched.runs import Runs
-from wfsched.store import Store
-from wfsched.supervisor import ABANDONED, Supervisor, SupervisorConfig
+from wfsched.store import SQLiteStore
+from wfsched.supervisor import ABANDONED, Supervisor
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60
@@ -26,7 +27,7 @@ MINUTE = 60
 class Harness:
     def __init__(self, root: Path, **config: object) -> None:
         self.clock = Clock(T0 - 30)
-        self.store = Store(root)
+        self.store = SQLiteStore(root)
         self.admin = Admin(self.store, self.clock)
         self.runs = Runs(self.store, self.clock)
         self.control = FakeControl(clock=self.clock)

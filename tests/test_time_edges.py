@@ -21,7 +21,7 @@ from wfsched.calendar import CronCalendar, OneShotCalendar, normalize_cron
 from wfsched.decisions import ScheduleView, ask, decide, span_between
 from wfsched.definition import parse_definition
 from wfsched.errors import EndOfTime
-from wfsched.store import Store
+from wfsched.store import SQLiteStore
 from wfsched.supervisor import Supervisor, SupervisorConfig
 from wfsched.timeutil import (
     MAX_INSTANT,
@@ -108,7 +108,7 @@ def test_one_shot_calendar_queries_past_the_end_are_exhaustion() -> None:
 
 def test_supervisor_admits_the_last_minute_then_the_schedule_is_exhausted(tmp_path: Path) -> None:
     clock = Clock(LAST_MINUTE - 30)
-    store = Store(tmp_path / "store")
+    store = SQLiteStore(tmp_path / "store")
     admin = Admin(store, clock)
     text = 'id = "last"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\n'
     admin.create(parse_definition(text, "last.toml", now=int(clock())))

@@ -20,6 +20,7 @@ from wfsched.decisions import (
     consume_until,
     next_due_after,
     span_between,
+    span_entry,
 )
 from wfsched.definition import (
     canonical_json,
@@ -283,19 +284,7 @@ class Admin(Reads):
             if row.paused:
                 span = span_between(cal, row.consumed_through, int(now))
                 if span is not None:
-                    reason = "paused"
-                    entries.append(
-                        Entry("skipped-paused", span.first, reason)
-                        if span.count == 1
-                        else Entry(
-                            "skipped-paused",
-                            span.first,
-                            reason,
-                            last=span.last,
-                            count=span.count,
-                            summary=True,
-                        )
-                    )
+                    entries.append(span_entry(span, "skipped-paused", "paused"))
             else:
                 consumed = row.consumed_through
             self._record(row, entries, now)

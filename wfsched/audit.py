@@ -78,9 +78,16 @@ from wfsched.calendar import calendar_for
 from wfsched.decisions import SCAN_CAP, Span, ask, span_between
 from wfsched.definition import definition_from_document
 from wfsched.errors import CalendarError, CalendarExhausted, WfschedError, ZoneUnavailable
-from wfsched.store import ScheduleRow, Store, parse_run_id, run_id
-from wfsched.store.audit import LedgerRow, RevisionRow, expected_schema, open_for_audit
-from wfsched.store.retention import PRUNED_STATE
+from wfsched.store import (
+    PRUNED_STATE,
+    LedgerRow,
+    RevisionRow,
+    ScheduleRow,
+    Store,
+    open_existing_store,
+    parse_run_id,
+    run_id,
+)
 from wfsched.timeutil import format_instant
 
 CHECKS = (
@@ -158,7 +165,7 @@ def audit(store: Store) -> dict[str, Any]:
 
 def audit_path(root: Path) -> dict[str, Any]:
     """Open the store at `root` only to audit it (NotFoundError if there is none)."""
-    store = open_for_audit(root)
+    store = open_existing_store(root, missing="nothing to audit")
     try:
         return audit(store)
     finally:
@@ -171,16 +178,13 @@ def audit_path(root: Path) -> dict[str, Any]:
 def _check_schema(store: Store, add: Add) -> bool:
     """Report missing or altered schema objects; False when a table is gone
     (the other checks would only fail on it)."""
-    present = {(obj.kind, obj.name): obj.sql for obj in store.schema_objects()}
     usable = True
-    for (kind, name), sql in sorted(expected_schema().items()):
-        found = present.get((kind, name))
-        if found is None:
+    for problem in store.schema_problems():
+        kind, name = problem.kind, problem.name
+        if problem.found is None:
             add("schema", f"{kind} {name} is missing")
-        elif found != sql:
-            add("schema", f"{kind} {name} differs from the schema: {found}")
         else:
-            continue
+            add("schema", f"{kind} {name} differs from the schema: {problem.found}")
         if kind == "table" and name in _REQUIRED_TABLES:
             usable = False
     return usable
@@ -212,13 +216,12 @@ def _check_admissions(store: Store, add: Add) -> None:
             )
     for seq, schedule_ids, instants in store.runs_claimed_twice():
         claims = ", ".join(
-            f"{s}@{format_instant(int(at))}"
-            for s, at in zip(schedule_ids.split(","), instants.split(","), strict=False)
+            f"{s}@{format_instant(int(at))}" for s, at in zip(schedule_ids, instants, strict=False)
         )
         add(
             "admitted-twice",
-            f"claimed by {len(instants.split(','))} occurrence rows ({claims})",
-            schedule_ids.split(",")[0],
+            f"claimed by {len(instants)} occurrence rows ({claims})",
+            schedule_ids[0],
             seq,
         )
     for seq, schedule_id, at in store.scheduled_runs_without_admission():
@@ -250,8 +253,8 @@ def _check_admissions(store: Store, add: Add) -> None:
         add("admission-without-run", detail, schedule_id, claimed)
 
 
-def _run_list(seqs: str | None) -> str:
-    return ", ".join(run_id(int(seq)) for seq in (seqs or "").split(",") if seq)
+def _run_list(seqs: list[int]) -> str:
+    return ", ".join(run_id(seq) for seq in seqs)
 
 
 # ------------------------------------------------------------------ ledger

@@ -7,19 +7,37 @@ definition error, so a typo never silently becomes a default.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from wfsched.definition import BOM, validate_argv
 from wfsched.errors import DefinitionError
-from wfsched.supervisor import SupervisorConfig
 from wfsched.timeutil import MAX_DURATION, check_duration, parse_duration
 
 CONFIG_NAME = "config.toml"
 _FLAGS = {"metrics_listen": "--metrics"}
 """Settings whose command-line flag is not `--<key>`."""
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """The supervisor's settings; the defaults are the documented ones.
+
+    Lives here, not in the supervisor, so `status` (which reports the default
+    capacity when no supervisor recorded one) does not import the daemon.
+    """
+
+    poll_interval: float = 1.0
+    max_concurrent_runs: int = 4
+    drain_grace: float = 30.0
+    max_admissions_per_tick: int = 1000
+    on_failure: tuple[str, ...] | None = None
+    """Default failure hook for schedules without `[notify] on_failure`."""
+    retention: float | None = None
+    """Prune finished runs and history older than this many seconds, if set."""
+    metrics_listen: str | None = None
+    """Serve /metrics and /healthz on this address (`HOST:PORT`), if set."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,8 @@ _KEYS = {
 
 def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig:
     """Defaults, then config.toml, then the flags that were given."""
+    import tomllib  # only the daemon reads config.toml; `status` needs just the defaults
+
     path = store_root / CONFIG_NAME
     values: dict[str, Any] = {}
     if path.exists():

@@ -12,16 +12,22 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from wfsched.launcher import LaunchSpec, ShimHandle
+from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle
 from wfsched.rundirs import prepare_record_dir
-
-if TYPE_CHECKING:
-    from wfsched.supervisor import ProcessControl
 
 HOOK_TIMEOUT = 60
 HOOK_KILL_GRACE = 5
+
+
+class HookLauncher(Protocol):
+    """The process operations a hook needs; the supervisor passes its
+    process control, so hooks need not import the supervisor."""
+
+    def spawn(self, spec: LaunchSpec) -> ShimHandle: ...
+    def alive(self, handle: ShimHandle) -> bool: ...
+    def read_exit(self, record_dir: str) -> ExitRecord | None: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class RunFacts:
 class FailureHooks:
     def __init__(
         self,
-        control: ProcessControl,
+        control: HookLauncher,
         log: Callable[..., None],
         default_argv: Sequence[str] | None,
         private_env: Sequence[str],

@@ -65,8 +65,8 @@ from typing import Any
 
 from wfsched.errors import UsageError
 from wfsched.rundirs import records_root
-from wfsched.store import Store, parse_run_id, run_id
-from wfsched.store.retention import PRUNED_STATE, LedgerItem, PrunableRow
+from wfsched.store import PRUNED_STATE, LedgerItem, PrunableRow, Store, parse_run_id, run_id
+from wfsched.store.batching import chunked
 from wfsched.timeutil import format_instant
 
 BATCH_SIZE = 500
@@ -368,9 +368,9 @@ class _Pruner:
                 continue
             if mtime < self.cutoff:
                 orphans.append(Path(entry.path))
-        for start in range(0, len(orphans), self.batch_size):
+        for batch in chunked(orphans, self.batch_size):
             self._spend()
-            for path in orphans[start : start + self.batch_size]:
+            for path in batch:
                 self._remove_dir(path)
 
     # -- phase 4: answered requests ------------------------------------------------------

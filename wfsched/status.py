@@ -14,15 +14,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+from wfsched.config import SupervisorConfig
 from wfsched.ownership import holder
 from wfsched.store import Store
 from wfsched.tickerrors import META_KEY as TICK_ERRORS_KEY
 from wfsched.tickerrors import published
 from wfsched.timeutil import Clock, format_event, format_instant, wall_clock
 
-DEFAULT_MAX_CONCURRENT_RUNS = 4
-DEFAULT_POLL_INTERVAL = 1.0
-"""Used for staleness only when the supervisor did not record its interval."""
+DEFAULTS = SupervisorConfig()
+"""Reported (capacity) or used for staleness (interval) when the supervisor
+did not record its own."""
 STALE_AFTER_POLLS = 3
 
 
@@ -54,7 +55,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         blocked = store.blocked_schedules()
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
-    poll_interval = _number(meta["poll_interval"]) or DEFAULT_POLL_INTERVAL
+    poll_interval = _number(meta["poll_interval"]) or DEFAULTS.poll_interval
     capacity = _number(meta["max_concurrent_runs"])
     running = pid is not None
     seen = last_tick_at if last_tick_at is not None else started_at
@@ -78,7 +79,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         # Admitted runs of blocked schedules: no execution slot until `resume`.
         "waiting_for_unblock": waiting,
         "interrupted": counts.get("interrupted", 0),
-        "max_concurrent_runs": int(capacity) if capacity else DEFAULT_MAX_CONCURRENT_RUNS,
+        "max_concurrent_runs": int(capacity) if capacity else DEFAULTS.max_concurrent_runs,
         "next_due": None
         if due is None
         else {"schedule_id": due.id, "at": format_instant(due.next_due)},
@@ -119,7 +120,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
         "executing_manual": 0,
         "waiting_for_unblock": 0,
         "interrupted": 0,
-        "max_concurrent_runs": DEFAULT_MAX_CONCURRENT_RUNS,
+        "max_concurrent_runs": DEFAULTS.max_concurrent_runs,
         "next_due": None,
         "blocked": [],
         "errors": published(None),

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from wfsched.admin import Admin, record_entries
 from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for
+from wfsched.config import SupervisorConfig
 from wfsched.decisions import Candidate, Decision, ScheduleView, decide
 from wfsched.errors import WfschedError
 from wfsched.eventlog import EventLog
@@ -49,7 +50,8 @@ from wfsched.rundirs import (
     record_dir,
 )
 from wfsched.sdnotify import Notifier
-from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, Store, run_id
+from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, run_id
+from wfsched.store import SQLiteStore as Store  # the daemon opens the one backend there is
 from wfsched.tickerrors import META_KEY, TickErrors, describe
 from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
 
@@ -75,20 +77,6 @@ answered `refused`, with the error in words, after this many tries: retried
 forever it would be pending forever, and its operator would never learn why."""
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class SupervisorConfig:
-    poll_interval: float = 1.0
-    max_concurrent_runs: int = 4
-    drain_grace: float = 30.0
-    max_admissions_per_tick: int = 1000
-    on_failure: tuple[str, ...] | None = None
-    """Default failure hook for schedules without `[notify] on_failure`."""
-    retention: float | None = None
-    """Prune finished runs and history older than this many seconds, if set."""
-    metrics_listen: str | None = None
-    """Serve /metrics and /healthz on this address (`HOST:PORT`), if set."""
 
 
 class ProcessControl(Protocol):

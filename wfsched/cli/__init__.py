@@ -77,12 +77,12 @@ class CliState:
         commands must not leave an empty store directory behind.
         """
         if self._store is None:
-            from wfsched.store import DB_NAME, Store
+            from wfsched.store import DB_NAME, open_store
 
             path = self.resolved_store_path()
             if not create and not (path / DB_NAME).exists():
                 return None
-            self._store = Store(path)
+            self._store = open_store(path)
             ctx = click.get_current_context(silent=True)
             if ctx is not None:
                 ctx.call_on_close(self._close)

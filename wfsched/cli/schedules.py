@@ -143,10 +143,10 @@ def _dry_run_against_empty_store(state: CliState, paths: tuple[str, ...], prune:
     import tempfile
 
     from wfsched.admin import Admin
-    from wfsched.store import Store
+    from wfsched.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="wfsched-dry-run-") as scratch:
-        store = Store(scratch)
+        store = open_store(scratch)
         try:
             return Admin(store, clock=state.clock).apply(paths, prune=prune, dry_run=True)
         finally:

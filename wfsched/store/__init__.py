@@ -1,28 +1,62 @@
-"""The store layer: the only package that speaks SQL."""
+"""The store layer: the only package that speaks SQL.
 
-from wfsched.store.core import DB_NAME, LOCK_NAME, RUNS_DIR, Store
+`Store` is the interface everything else programs against
+(`wfsched.store.interface`); `SQLiteStore` is today's one implementation,
+opened through `open_store` so callers never name the backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wfsched.store.core import DB_NAME, LOCK_NAME, RUNS_DIR, SQLiteStore, open_existing_store
+from wfsched.store.interface import Store
 from wfsched.store.paths import default_store_path, resolve_store_path
 from wfsched.store.rows import (
+    PRUNED_STATE,
     AttemptRow,
+    LedgerItem,
+    LedgerRow,
     OccurrenceRow,
+    PrunableRow,
     RequestRow,
+    RevisionRow,
+    RunAttempts,
     RunRow,
     ScheduleRow,
+    SchemaProblem,
     parse_run_id,
     run_id,
 )
 
+
+def open_store(root: str | Path, *, create: bool = True) -> Store:
+    """The store at `root` (a directory: SQLite), created if missing unless
+    `create` is False."""
+    return SQLiteStore(root, create=create)
+
+
 __all__ = [
     "DB_NAME",
     "LOCK_NAME",
+    "PRUNED_STATE",
     "RUNS_DIR",
     "AttemptRow",
+    "LedgerItem",
+    "LedgerRow",
     "OccurrenceRow",
+    "PrunableRow",
     "RequestRow",
+    "RevisionRow",
+    "RunAttempts",
     "RunRow",
+    "SQLiteStore",
     "ScheduleRow",
+    "SchemaProblem",
     "Store",
     "default_store_path",
+    "open_existing_store",
+    "open_store",
     "parse_run_id",
     "resolve_store_path",
     "run_id",

@@ -1,4 +1,4 @@
-"""Read-only queries behind `wfsched audit` (mixed into Store).
+"""Read-only queries behind `wfsched audit` (mixed into SQLiteStore).
 
 Every statement here only reads. The checks themselves live in
 `wfsched.audit`; these methods hand it rows, grouped where SQLite can do the
@@ -9,102 +9,28 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
-from typing import TYPE_CHECKING
+from contextlib import contextmanager
 
-from wfsched.errors import NotFoundError, StoreError
-from wfsched.store.migrations import ordered
-
-if TYPE_CHECKING:
-    from wfsched.store.core import Store
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    """One occurrence row as the ledger walk needs it."""
-
-    seq: int
-    scheduled_at: int
-    last_at: int | None
-    count: int | None
-    summary: bool
-    state: str
-    revision: int
-
-
-@dataclass(frozen=True)
-class RevisionRow:
-    revision: int
-    definition: str
-    created_at: float
-    watermark: int | None
-    """consumed_through when the revision took over (None before schema 3)."""
-
-
-@dataclass(frozen=True)
-class RunAttempts:
-    """A run with its attempt rows (attempt number -> state)."""
-
-    seq: int
-    schedule_id: str
-    kind: str
-    state: str
-    attempt: int
-    attempts: dict[int, str]
-
-
-@dataclass(frozen=True)
-class SchemaObject:
-    kind: str
-    name: str
-    sql: str
-
-
-@cache
-def expected_schema() -> dict[tuple[str, str], str]:
-    """(type, name) -> normalized SQL of what the migrations create, built
-    in a throwaway in-memory database so it can never drift from them."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        for _number, _why, statements in ordered():
-            for statement in statements:
-                conn.execute(statement)
-        rows = conn.execute(
-            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL"
-            " AND name NOT LIKE 'sqlite_%'"
-        ).fetchall()
-    finally:
-        conn.close()
-    return {(kind, name): normalize_sql(sql) for kind, name, sql in rows}
+from wfsched.errors import StoreError
+from wfsched.store.batching import chunked
+from wfsched.store.connection import Connected
+from wfsched.store.rows import LedgerRow, RevisionRow, RunAttempts, SchemaProblem
 
 
 def normalize_sql(sql: str) -> str:
     return " ".join(sql.split())
 
 
-def open_for_audit(root: Path) -> Store:
-    """The existing store at `root`; whatever keeps it from opening is one
-    StoreError line (exit 1), a missing store is NotFoundError (exit 3)."""
-    from wfsched.store.core import DB_NAME, Store
-
-    if not (root / DB_NAME).is_file():
-        raise NotFoundError(f"no store at {root} (no {DB_NAME}); nothing to audit")
-    try:
-        return Store(root, create=False)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open store {root}: {exc}") from exc
+def _texts(packed: str | None) -> list[str]:
+    """A `group_concat` column as the list it aggregated (ids hold no comma)."""
+    return [item for item in str(packed or "").split(",") if item]
 
 
-class AuditQueries:
-    _conn: sqlite3.Connection
+def _ints(packed: str | int | None) -> list[int]:
+    return [int(item) for item in _texts(None if packed is None else str(packed))]
 
-    if TYPE_CHECKING:
 
-        def snapshot(self) -> AbstractContextManager[None]: ...
-
+class AuditQueries(Connected):
     @contextmanager
     def audit_snapshot(self) -> Iterator[None]:
         """One read transaction for the whole audit, so a supervisor writing
@@ -116,23 +42,30 @@ class AuditQueries:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot audit the store: {exc}") from exc
 
-    def schema_objects(self) -> list[SchemaObject]:
-        rows = self._conn.execute(
-            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL"
-            " AND name NOT LIKE 'sqlite_%'"
-        )
-        return [SchemaObject(kind, name, normalize_sql(sql)) for kind, name, sql in rows]
+    def schema_problems(self) -> list[SchemaProblem]:
+        """Every table, index or trigger the migrations create that is missing
+        here or differs from what they create, by (kind, name)."""
+        present = {
+            (kind, name): normalize_sql(sql)
+            for kind, name, sql in self._execute(self.dialect.schema_objects())
+        }
+        problems = []
+        for (kind, name), sql in sorted(self.dialect.expected_schema().items()):
+            found = present.get((kind, name))
+            if found != normalize_sql(sql):
+                problems.append(SchemaProblem(kind, name, found))
+        return problems
 
     def audit_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for table in ("schedules", "revisions", "occurrences", "runs", "attempts"):
-            counts[table] = int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+            counts[table] = int(self._execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
         return counts
 
     def revision_history(self) -> dict[str, list[RevisionRow]]:
         """schedule id -> its revisions, oldest first."""
         history: dict[str, list[RevisionRow]] = {}
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT schedule_id, revision, definition, created_at, watermark FROM revisions"
             " ORDER BY schedule_id, revision"
         )
@@ -142,39 +75,41 @@ class AuditQueries:
 
     # -- admissions ---------------------------------------------------------------
 
-    def duplicate_instants(self) -> list[tuple[str, int, int, int, str | None]]:
+    def duplicate_instants(self) -> list[tuple[str, int, int, int, list[int]]]:
         """(schedule_id, instant, rows, run-bearing rows, run seqs) for every
         instant with more than one single (non-summary) ledger row."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT schedule_id, scheduled_at, COUNT(*),"
-            " SUM(run_seq IS NOT NULL OR state = 'admitted'), GROUP_CONCAT(run_seq)"
+            f" SUM(CASE WHEN run_seq IS NOT NULL OR state = 'admitted' THEN 1 ELSE 0 END),"
+            f" {self.dialect.group_concat('run_seq')}"
             " FROM occurrences WHERE summary = 0 GROUP BY schedule_id, scheduled_at"
             " HAVING COUNT(*) > 1 ORDER BY schedule_id, scheduled_at"
         )
-        return [(s, at, int(n), int(bearing or 0), seqs) for s, at, n, bearing, seqs in rows]
+        return [(s, at, int(n), int(bearing or 0), _ints(seqs)) for s, at, n, bearing, seqs in rows]
 
-    def duplicate_scheduled_runs(self) -> list[tuple[str, int, str]]:
+    def duplicate_scheduled_runs(self) -> list[tuple[str, int, list[int]]]:
         """(schedule_id, instant, run seqs) where two scheduled runs share an instant."""
-        rows = self._conn.execute(
-            "SELECT schedule_id, scheduled_at, GROUP_CONCAT(seq) FROM runs"
+        rows = self._execute(
+            f"SELECT schedule_id, scheduled_at, {self.dialect.group_concat('seq')} FROM runs"
             " WHERE kind = 'scheduled' GROUP BY schedule_id, scheduled_at"
             " HAVING COUNT(*) > 1 ORDER BY schedule_id, scheduled_at"
         )
-        return [(s, at, seqs) for s, at, seqs in rows]
+        return [(s, at, _ints(seqs)) for s, at, seqs in rows]
 
-    def runs_claimed_twice(self) -> list[tuple[int, str, str]]:
+    def runs_claimed_twice(self) -> list[tuple[int, list[str], list[int]]]:
         """(run seq, schedule ids, instants) of runs referenced by more than one
         occurrence row."""
-        rows = self._conn.execute(
-            "SELECT run_seq, GROUP_CONCAT(schedule_id), GROUP_CONCAT(scheduled_at)"
+        rows = self._execute(
+            f"SELECT run_seq, {self.dialect.group_concat('schedule_id')},"
+            f" {self.dialect.group_concat('scheduled_at')}"
             " FROM occurrences WHERE run_seq IS NOT NULL GROUP BY run_seq"
             " HAVING COUNT(*) > 1 ORDER BY run_seq"
         )
-        return [(seq, ids, instants) for seq, ids, instants in rows]
+        return [(seq, _texts(ids), _ints(instants)) for seq, ids, instants in rows]
 
     def scheduled_runs_without_admission(self) -> list[tuple[int, str, int]]:
         """(run seq, schedule id, instant) of scheduled runs no occurrence row points at."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT r.seq, r.schedule_id, r.scheduled_at FROM runs r"
             " LEFT JOIN occurrences o ON o.run_seq = r.seq"
             " WHERE r.kind = 'scheduled' AND o.seq IS NULL ORDER BY r.seq"
@@ -187,7 +122,7 @@ class AuditQueries:
         """Occurrence rows pointing at a run that is not the run of that
         occurrence: (run seq, occurrence schedule, occurrence instant, summary,
         run schedule, run instant, run kind)."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT r.seq, o.schedule_id, o.scheduled_at, o.summary, r.schedule_id,"
             " r.scheduled_at, r.kind FROM occurrences o JOIN runs r ON r.seq = o.run_seq"
             " WHERE o.schedule_id != r.schedule_id OR o.scheduled_at != r.scheduled_at"
@@ -201,7 +136,7 @@ class AuditQueries:
     def admissions_without_run(self) -> list[tuple[str, int, int | None]]:
         """(schedule id, instant, run seq) of occurrence rows that claim a run
         which does not exist, or say `admitted` and point at none."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT o.schedule_id, o.scheduled_at, o.run_seq FROM occurrences o"
             " LEFT JOIN runs r ON r.seq = o.run_seq"
             " WHERE (o.run_seq IS NOT NULL AND r.seq IS NULL)"
@@ -213,7 +148,7 @@ class AuditQueries:
 
     def ledger_rows(self, schedule_id: str) -> Iterator[LedgerRow]:
         """The schedule's ledger in instant order, streamed (an index walk)."""
-        cursor = self._conn.execute(
+        cursor = self._execute(
             "SELECT seq, scheduled_at, last_at, count, summary, state, revision"
             " FROM occurrences WHERE schedule_id = ? ORDER BY scheduled_at, seq",
             (schedule_id,),
@@ -226,7 +161,7 @@ class AuditQueries:
         ledger position, or with one beyond the last row ever recorded: a
         row written later would be placed behind it, where a cursor that
         already passed it never looks."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT schedule_id, seq, scheduled_at, ledger_pos FROM occurrences"
             " WHERE ledger_pos IS NULL OR ledger_pos > (SELECT COALESCE(MAX(seq), 0)"
             " FROM sqlite_sequence WHERE name = 'occurrences') ORDER BY schedule_id, seq"
@@ -235,7 +170,7 @@ class AuditQueries:
 
     def ledger_high_marks(self) -> dict[str, int]:
         """schedule id -> the latest instant any of its rows accounts for."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT schedule_id, MAX(COALESCE(last_at, scheduled_at)) FROM occurrences"
             " GROUP BY schedule_id"
         )
@@ -244,7 +179,7 @@ class AuditQueries:
     def ledger_high_marks_by_revision(self, schedule_id: str) -> dict[int, int]:
         """revision -> the latest instant the schedule's rows of that revision
         account for."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT revision, MAX(COALESCE(last_at, scheduled_at)) FROM occurrences"
             " WHERE schedule_id = ? GROUP BY revision",
             (schedule_id,),
@@ -254,9 +189,10 @@ class AuditQueries:
     # -- runs and attempts -------------------------------------------------------------
 
     def runs_with_attempts(self) -> Iterator[RunAttempts]:
-        cursor = self._conn.execute(
+        packed_attempts = self.dialect.group_concat("a.attempt || ':' || a.state")
+        cursor = self._execute(
             "SELECT r.seq, r.schedule_id, r.kind, r.state, r.attempt,"
-            " GROUP_CONCAT(a.attempt || ':' || a.state)"
+            f" {packed_attempts}"
             " FROM runs r LEFT JOIN attempts a ON a.run_seq = r.seq"
             " GROUP BY r.seq ORDER BY r.seq"
         )
@@ -270,7 +206,7 @@ class AuditQueries:
 
     def attempts_without_run(self) -> list[tuple[int, int]]:
         """(run seq, attempt rows) for attempt rows whose run does not exist."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT a.run_seq, COUNT(*) FROM attempts a LEFT JOIN runs r ON r.seq = a.run_seq"
             " WHERE r.seq IS NULL GROUP BY a.run_seq ORDER BY a.run_seq"
         )
@@ -278,9 +214,8 @@ class AuditQueries:
 
     def known_run_seqs(self, seqs: list[int]) -> set[int]:
         found: set[int] = set()
-        for start in range(0, len(seqs), 500):
-            chunk = seqs[start : start + 500]
+        for chunk in chunked(seqs):
             marks = ",".join("?" for _ in chunk)
-            rows = self._conn.execute(f"SELECT seq FROM runs WHERE seq IN ({marks})", chunk)
+            rows = self._execute(f"SELECT seq FROM runs WHERE seq IN ({marks})", chunk)
             found.update(seq for (seq,) in rows)
         return found

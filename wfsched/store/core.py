@@ -1,4 +1,8 @@
-"""The SQLite store: every SQL statement wfsched runs lives in this module.
+"""The SQLite store: the `Store` interface over one SQLite database.
+
+Its statements live here and in the query groups it combines
+(`wfsched.store.audit`, `wfsched.store.retention`); what is SQLite-specific
+among them is asked of `wfsched.store.dialect.SQLITE`.
 
 One database per store directory (WAL, synchronous=FULL, foreign keys).
 Writes go through `atomic()`, which opens `BEGIN IMMEDIATE` so a writer takes
@@ -11,14 +15,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from wfsched.errors import StoreError
-from wfsched.store import migrations
+from wfsched.errors import NotFoundError, StoreError
 from wfsched.store.audit import AuditQueries
+from wfsched.store.batching import chunked
+from wfsched.store.dialect import SQLITE
 from wfsched.store.metrics import MetricsQueries
 from wfsched.store.retention import RetentionQueries
 from wfsched.store.rows import (
@@ -88,12 +92,15 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class Store(AuditQueries, RetentionQueries, MetricsQueries):
+class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
-    Query groups for `audit` and retention live in their own modules as
-    mixins; this class holds the connection and the core statements.
+    Implements `wfsched.store.interface.Store`. Query groups for `audit` and
+    retention live in their own modules as mixins; this class holds the
+    connection and the core statements.
     """
+
+    dialect = SQLITE
 
     def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
@@ -129,8 +136,11 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         return conn
 
     def _migrate(self) -> None:
-        latest = migrations.latest_version()
-        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        """Apply every migration above the stored version, in order, each
+        with its version in the same transaction (versions may skip numbers)."""
+        migrations = sorted(self.dialect.migrations, key=lambda migration: migration[0])
+        latest = migrations[-1][0]
+        version = self.schema_version
         if version > latest:
             raise StoreError(
                 f"{self.db_path}: schema version {version} is newer than this wfsched"
@@ -139,63 +149,20 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         if version == latest:
             return
         with self.atomic():
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            # Every version above the store's, in order; gaps are fine.
-            for number, _why, statements in migrations.ordered():
+            version = self.schema_version
+            for number, _why, statements in migrations:
                 if number <= version:
                     continue
                 for statement in statements:
-                    self._conn.execute(statement)
-                self._conn.execute(f"PRAGMA user_version = {number}")
+                    self._execute(statement)
+                self._execute(self.dialect.set_schema_version(number))
 
     def close(self) -> None:
         self._conn.close()
 
     @property
     def schema_version(self) -> int:
-        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
-
-    @contextmanager
-    def atomic(self) -> Iterator[None]:
-        """One write transaction; nested calls become savepoints.
-
-        A failing rollback never hides the error that caused it.
-        """
-        if self._conn.in_transaction:
-            name = f"sp{id(object())}"
-            self._conn.execute(f"SAVEPOINT {name}")
-            try:
-                yield
-            except BaseException:
-                self._conn.execute(f"ROLLBACK TO {name}")
-                self._conn.execute(f"RELEASE {name}")
-                raise
-            self._conn.execute(f"RELEASE {name}")
-            return
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            # Inside the try: a COMMIT that fails (disk full, I/O error, a
-            # deferred constraint) can leave the transaction open, and every
-            # later atomic() would then nest in it as a savepoint and never
-            # commit. Roll it back so the caller's retry starts clean.
-            self._conn.execute("COMMIT")
-        except BaseException:
-            with suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
-            raise
-
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        """A read transaction, so multi-statement reads see one state."""
-        if self._conn.in_transaction:
-            yield
-            return
-        self._conn.execute("BEGIN")
-        try:
-            yield
-        finally:
-            self._conn.execute("COMMIT")
+        return int(self._execute(self.dialect.get_schema_version()).fetchone()[0])
 
     # -- schedules -----------------------------------------------------------
 
@@ -208,7 +175,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         next_due: int | None,
         exhausted: bool = False,
     ) -> None:
-        self._conn.execute(
+        self._execute(
             "INSERT INTO schedules (id, revision, definition, created_at, updated_at,"
             " consumed_through, next_due, exhausted) VALUES (?, 1, ?, ?, ?, ?, ?, ?)",
             (schedule_id, definition, now, now, consumed_through, next_due, int(exhausted)),
@@ -220,29 +187,28 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
     ) -> None:
         """`watermark`: the schedule's consumed_through as this revision takes
         over; it owes the calendar instants after it (audit reads it)."""
-        self._conn.execute(
+        self._execute(
             "INSERT INTO revisions (schedule_id, revision, definition, created_at, watermark)"
             " VALUES (?, ?, ?, ?, ?)",
             (schedule_id, revision, definition, now, watermark),
         )
 
     def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
-        row = self._conn.execute(
+        row = self._execute(
             f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,)
         ).fetchone()
         return _schedule(row) if row else None
 
     def list_schedules(self, include_deleted: bool = False) -> list[ScheduleRow]:
         where = "" if include_deleted else " WHERE deleted_at IS NULL"
-        rows = self._conn.execute(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules{where} ORDER BY id")
+        rows = self._execute(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules{where} ORDER BY id")
         return [_schedule(row) for row in rows]
 
     def schedules_by_id(self, ids: Iterable[str]) -> dict[str, ScheduleRow]:
         wanted = list(ids)
         found: dict[str, ScheduleRow] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            rows = self._conn.execute(
+        for chunk in chunked(wanted):
+            rows = self._execute(
                 f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id IN ({_placeholders(chunk)})",
                 chunk,
             )
@@ -255,13 +221,13 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         if unknown:
             raise ValueError(f"not mutable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self._conn.execute(
+        self._execute(
             f"UPDATE schedules SET {assignments} WHERE id = ?", (*fields.values(), schedule_id)
         )
 
     def due_schedules(self, now: int, limit: int) -> list[ScheduleRow]:
         """Schedules the tick must look at: due by calendar, or holding a candidate."""
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_due <= ?"
             f" UNION SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE candidate_at IS NOT NULL"
             " AND blocked_reason IS NULL AND paused = 0 AND deleted_at IS NULL"
@@ -271,7 +237,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         return [_schedule(row) for row in rows]
 
     def blocked_schedules(self) -> list[ScheduleRow]:
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT {_SCHEDULE_COLUMNS} FROM schedules"
             " WHERE blocked_reason IS NOT NULL AND deleted_at IS NULL ORDER BY id"
         )
@@ -279,7 +245,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
 
     def earliest_due_schedule(self) -> ScheduleRow | None:
         """The schedule due next (an index seek on next_due)."""
-        row = self._conn.execute(
+        row = self._execute(
             f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_due IS NOT NULL"
             " ORDER BY next_due LIMIT 1"
         ).fetchone()
@@ -302,7 +268,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
     ) -> int:
         """A ledger row, appended to its schedule's history unless
         `ledger_pos` places it (retention's `pruned` rows only)."""
-        cursor = self._conn.execute(
+        cursor = self._execute(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
             f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {_NEXT_POSITION}))",
@@ -320,12 +286,12 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
                 ledger_pos,
             ),
         )
-        return int(cursor.lastrowid or 0)
+        return self.dialect.inserted_id(cursor)
 
     def insert_occurrences(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Bulk insert of (schedule_id, scheduled_at, last_at, count, summary, state,
         reason, revision, run_seq, recorded_at) tuples (seeding and benchmarks)."""
-        self._conn.executemany(
+        self._execute_many(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
             f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_POSITION})",
@@ -338,7 +304,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         """In record order, after ledger position `after`: keyset paging on
         occurrences_ledger, so any page is an index seek, and a row written
         later always lands after every position already handed out."""
-        rows = self._conn.execute(
+        rows = self._execute(
             f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos > ?"
             " ORDER BY o.ledger_pos LIMIT ?",
             (schedule_id, after if after is not None else -(2**62), limit),
@@ -346,17 +312,16 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         return [_occurrence(row) for row in rows]
 
     def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None:
-        row = self._conn.execute(f"{_OCCURRENCE_SELECT} WHERE o.run_seq = ?", (run_seq,)).fetchone()
+        row = self._execute(f"{_OCCURRENCE_SELECT} WHERE o.run_seq = ?", (run_seq,)).fetchone()
         return _occurrence(row) if row else None
 
     def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
         """The newest run state per schedule (for `list`)."""
         outcome: dict[str, str] = {}
-        for start in range(0, len(schedule_ids), 500):
-            chunk = list(schedule_ids[start : start + 500])
+        for chunk in chunked(schedule_ids):
             # A correlated MAX per schedule is one index seek each; a grouped
             # MAX would read every run of every schedule.
-            rows = self._conn.execute(
+            rows = self._execute(
                 "SELECT s.id, r.state FROM schedules s JOIN runs r ON r.seq ="
                 " (SELECT MAX(seq) FROM runs WHERE schedule_id = s.id)"
                 f" WHERE s.id IN ({_placeholders(chunk)})",
@@ -376,17 +341,15 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         invocation: str,
         admitted_at: float,
     ) -> int:
-        cursor = self._conn.execute(
+        cursor = self._execute(
             "INSERT INTO runs (schedule_id, kind, scheduled_at, state, revision, invocation,"
             " admitted_at) VALUES (?, ?, ?, 'admitted', ?, ?, ?)",
             (schedule_id, kind, scheduled_at, revision, invocation, admitted_at),
         )
-        return int(cursor.lastrowid or 0)
+        return self.dialect.inserted_id(cursor)
 
     def get_run(self, seq: int) -> RunRow | None:
-        row = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE seq = ?", (seq,)
-        ).fetchone()
+        row = self._execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE seq = ?", (seq,)).fetchone()
         return RunRow(*row) if row else None
 
     def update_run(self, seq: int, **fields: Any) -> None:
@@ -394,7 +357,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         if unknown:
             raise ValueError(f"not mutable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self._conn.execute(f"UPDATE runs SET {assignments} WHERE seq = ?", (*fields.values(), seq))
+        self._execute(f"UPDATE runs SET {assignments} WHERE seq = ?", (*fields.values(), seq))
 
     def list_runs(
         self,
@@ -417,20 +380,18 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
             clauses.append("seq < ?")
             params.append(before_seq)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC LIMIT ?", (*params, limit)
         )
         return [RunRow(*row) for row in rows]
 
     def unfinished_runs(self) -> list[RunRow]:
-        rows = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_UNFINISHED} ORDER BY seq"
-        )
+        rows = self._execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_UNFINISHED} ORDER BY seq")
         return [RunRow(*row) for row in rows]
 
     def admitted_runs(self) -> list[RunRow]:
         """Runs admitted but not launched yet (recovery leaves these for a tick)."""
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_UNFINISHED} AND state = 'admitted'"
             " ORDER BY seq"
         )
@@ -439,9 +400,8 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
     def active_run_counts(self, schedule_ids: Sequence[str]) -> dict[str, int]:
         """Unfinished scheduled runs per schedule: what overlap counts."""
         counts: dict[str, int] = {}
-        for start in range(0, len(schedule_ids), 500):
-            chunk = list(schedule_ids[start : start + 500])
-            rows = self._conn.execute(
+        for chunk in chunked(schedule_ids):
+            rows = self._execute(
                 f"SELECT schedule_id, COUNT(*) FROM runs WHERE {_UNFINISHED}"
                 f" AND kind = 'scheduled' AND schedule_id IN ({_placeholders(chunk)})"
                 " GROUP BY schedule_id",
@@ -451,7 +411,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         return counts
 
     def all_active_run_counts(self) -> dict[str, int]:
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT schedule_id, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY schedule_id"
         )
         return dict(rows.fetchall())
@@ -461,7 +421,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         launchable. An admitted run of a blocked schedule cannot launch, so it
         waits without a slot until `resume` clears the block; manual runs
         bypass capacity."""
-        row = self._conn.execute(
+        row = self._execute(
             f"SELECT COUNT(*) FROM runs r WHERE {_EXECUTING} AND kind = 'scheduled'"
             f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED})"
         ).fetchone()
@@ -469,27 +429,25 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
 
     def blocked_admitted_count(self) -> int:
         """Scheduled runs admitted but waiting for their schedule's block to clear."""
-        row = self._conn.execute(
+        row = self._execute(
             f"SELECT COUNT(*) FROM runs r WHERE {_UNFINISHED} AND state = 'admitted'"
             f" AND kind = 'scheduled' AND {_SCHEDULE_BLOCKED}"
         ).fetchone()
         return int(row[0])
 
     def scheduled_running_count(self) -> int:
-        row = self._conn.execute(
+        row = self._execute(
             f"SELECT COUNT(*) FROM runs WHERE {_UNFINISHED} AND state = 'running'"
             " AND kind = 'scheduled'"
         ).fetchone()
         return int(row[0])
 
     def run_state_counts(self) -> dict[str, int]:
-        rows = self._conn.execute(
-            f"SELECT state, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY state"
-        )
+        rows = self._execute(f"SELECT state, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY state")
         return dict(rows.fetchall())
 
     def insert_attempt(self, run_seq: int, attempt: int, started_at: float) -> None:
-        self._conn.execute(
+        self._execute(
             "INSERT INTO attempts (run_seq, attempt, state, started_at)"
             " VALUES (?, ?, 'running', ?)",
             (run_seq, attempt, started_at),
@@ -500,20 +458,20 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         if unknown:
             raise ValueError(f"not mutable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self._conn.execute(
+        self._execute(
             f"UPDATE attempts SET {assignments} WHERE run_seq = ? AND attempt = ?",
             (*fields.values(), run_seq, attempt),
         )
 
     def attempts(self, run_seq: int) -> list[AttemptRow]:
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_seq = ? ORDER BY attempt",
             (run_seq,),
         )
         return [AttemptRow(*row) for row in rows]
 
     def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None:
-        row = self._conn.execute(
+        row = self._execute(
             f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_seq = ? AND attempt = ?",
             (run_seq, attempt),
         ).fetchone()
@@ -530,15 +488,15 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         run_seq: int | None = None,
         payload: str | None = None,
     ) -> int:
-        cursor = self._conn.execute(
+        cursor = self._execute(
             "INSERT INTO requests (kind, schedule_id, run_seq, payload, created_at)"
             " VALUES (?, ?, ?, ?, ?)",
             (kind, schedule_id, run_seq, payload, now),
         )
-        return int(cursor.lastrowid or 0)
+        return self.dialect.inserted_id(cursor)
 
     def pending_requests(self, limit: int = 100) -> list[RequestRow]:
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
             " handled_at FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
             (limit,),
@@ -546,7 +504,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         return [RequestRow(*row) for row in rows]
 
     def get_request(self, seq: int) -> RequestRow | None:
-        row = self._conn.execute(
+        row = self._execute(
             "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
             " handled_at FROM requests WHERE seq = ?",
             (seq,),
@@ -554,7 +512,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         return RequestRow(*row) if row else None
 
     def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
-        self._conn.execute(
+        self._execute(
             "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
             (state, result, now, seq),
         )
@@ -562,11 +520,7 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
     # -- supervisor bookkeeping --------------------------------------------------
 
     def set_meta(self, **values: str) -> None:
-        self._conn.executemany(
-            "INSERT INTO meta (key, value) VALUES (?, ?)"
-            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            list(values.items()),
-        )
+        self._execute_many(self.dialect.upsert("meta", "key", ["value"]), list(values.items()))
 
     def touch_meta(self, **values: str) -> None:
         """A bookkeeping write (the liveness stamp) committed without an fsync.
@@ -575,15 +529,15 @@ class Store(AuditQueries, RetentionQueries, MetricsQueries):
         last stamps can be lost in a power cut, which costs nothing, while an
         fsync every poll interval costs the disk a sync per second forever.
         """
-        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._execute("PRAGMA synchronous = NORMAL")
         try:
             with self.atomic():
                 self.set_meta(**values)
         finally:
-            self._conn.execute("PRAGMA synchronous = FULL")
+            self._execute("PRAGMA synchronous = FULL")
 
     def get_meta(self, key: str) -> str | None:
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
 
@@ -598,3 +552,14 @@ def _occurrence(row: Sequence[Any]) -> OccurrenceRow:
     values = list(row)
     values[5] = bool(values[5])
     return OccurrenceRow(*values)
+
+
+def open_existing_store(root: Path, *, missing: str) -> SQLiteStore:
+    """The store at `root`, never creating one: no database is NotFoundError
+    (exit 3) ending with `missing`; one that will not open is a StoreError."""
+    if not (root / DB_NAME).is_file():
+        raise NotFoundError(f"no store at {root} (no {DB_NAME}); {missing}")
+    try:
+        return SQLiteStore(root, create=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {root}: {exc}") from exc

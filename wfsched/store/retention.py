@@ -1,4 +1,4 @@
-"""Queries behind `wfsched prune` and automatic retention (mixed into Store).
+"""Queries behind `wfsched prune` and automatic retention (mixed into SQLiteStore).
 
 Every statement `wfsched.retention` needs lives here; that module decides
 what to remove and owns the transactions. Nothing here deletes a schedule or
@@ -9,41 +9,17 @@ removes a request that is still pending.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-PRUNED_STATE = "pruned"
+from wfsched.store.batching import chunked
+from wfsched.store.connection import Connected
+from wfsched.store.rows import PRUNED_STATE, LedgerItem, PrunableRow
 
 _FINISHED = "('completed', 'failed')"
 _LEDGER_COLUMNS = (
     "o.seq, o.scheduled_at, o.last_at, o.count, o.summary, o.state, o.revision, o.ledger_pos"
 )
-
-
-@dataclass(frozen=True)
-class LedgerItem:
-    """One occurrence row as retention sees it: the span it accounts for."""
-
-    seq: int
-    first: int
-    last: int
-    count: int | None
-    """Instants covered: 1 for a row of its own, the summary's count (None = unknown)."""
-    state: str
-    revision: int
-    ledger_pos: int
-    """Its place in the history's record order."""
-
-
-@dataclass(frozen=True)
-class PrunableRow:
-    """An occurrence row retention may remove, with the run that goes with it."""
-
-    item: LedgerItem
-    schedule_id: str
-    run_seq: int | None
 
 
 def _ledger_item(row: Sequence[Any]) -> LedgerItem:
@@ -63,14 +39,12 @@ def _marks(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class RetentionQueries:
-    _conn: sqlite3.Connection
-
+class RetentionQueries(Connected):
     # -- what is removable ------------------------------------------------------
 
     def retention_schedule_ids(self) -> list[str]:
         """Every schedule, deleted ones included: their history ages too."""
-        return [row[0] for row in self._conn.execute("SELECT id FROM schedules ORDER BY id")]
+        return [row[0] for row in self._execute("SELECT id FROM schedules ORDER BY id")]
 
     def prunable_ledger_rows(
         self,
@@ -89,7 +63,7 @@ class RetentionQueries:
         `after` (keyset order).
         """
         after_at, after_seq = after if after is not None else (-(2**62), 0)
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT {_LEDGER_COLUMNS}, o.run_seq FROM occurrences o"
             " LEFT JOIN runs r ON r.seq = o.run_seq"
             " WHERE o.schedule_id = ? AND o.scheduled_at < ?"
@@ -118,7 +92,7 @@ class RetentionQueries:
         Manual runs (no occurrence row) are found only here. There is no
         index on finished_at, so this walks runs by rowid from `after_seq`.
         """
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT seq, schedule_id FROM runs WHERE seq > ? AND state IN {_FINISHED}"
             " AND finished_at < ? ORDER BY seq LIMIT ?",
             (after_seq, cutoff, limit),
@@ -128,9 +102,8 @@ class RetentionQueries:
     def occurrence_rows_of_runs(self, run_seqs: Sequence[int]) -> list[PrunableRow]:
         """The ledger rows linked to these runs (occurrences_run index)."""
         found: list[PrunableRow] = []
-        for start in range(0, len(run_seqs), 500):
-            chunk = list(run_seqs[start : start + 500])
-            rows = self._conn.execute(
+        for chunk in chunked(run_seqs):
+            rows = self._execute(
                 f"SELECT {_LEDGER_COLUMNS}, o.run_seq, o.schedule_id FROM occurrences o"
                 f" WHERE o.run_seq IN ({_marks(chunk)})",
                 chunk,
@@ -142,9 +115,8 @@ class RetentionQueries:
 
     def attempt_count(self, run_seqs: Sequence[int]) -> int:
         total = 0
-        for start in range(0, len(run_seqs), 500):
-            chunk = list(run_seqs[start : start + 500])
-            row = self._conn.execute(
+        for chunk in chunked(run_seqs):
+            row = self._execute(
                 f"SELECT COUNT(*) FROM attempts WHERE run_seq IN ({_marks(chunk)})", chunk
             ).fetchone()
             total += int(row[0])
@@ -152,7 +124,7 @@ class RetentionQueries:
 
     def run_seqs_between(self, low: int, high: int) -> set[int]:
         """Run rows that exist with low <= seq <= high (a rowid range)."""
-        rows = self._conn.execute("SELECT seq FROM runs WHERE seq BETWEEN ? AND ?", (low, high))
+        rows = self._execute("SELECT seq FROM runs WHERE seq BETWEEN ? AND ?", (low, high))
         return {int(row[0]) for row in rows.fetchall()}
 
     # -- removing -----------------------------------------------------------------
@@ -160,9 +132,8 @@ class RetentionQueries:
     def delete_occurrence_rows(self, seqs: Sequence[int]) -> int:
         """Occurrence rows first: they reference runs (occurrences.run_seq)."""
         removed = 0
-        for start in range(0, len(seqs), 500):
-            chunk = list(seqs[start : start + 500])
-            cursor = self._conn.execute(
+        for chunk in chunked(seqs):
+            cursor = self._execute(
                 f"DELETE FROM occurrences WHERE seq IN ({_marks(chunk)}) AND state != ?",
                 (*chunk, PRUNED_STATE),
             )
@@ -176,15 +147,14 @@ class RetentionQueries:
         unfinished run's attempts or row, whatever list it passes.
         """
         runs = attempts = 0
-        for start in range(0, len(run_seqs), 500):
-            chunk = list(run_seqs[start : start + 500])
+        for chunk in chunked(run_seqs):
             marks = _marks(chunk)
-            attempts += self._conn.execute(
+            attempts += self._execute(
                 f"DELETE FROM attempts WHERE run_seq IN (SELECT seq FROM runs"
                 f" WHERE seq IN ({marks}) AND state IN {_FINISHED})",
                 chunk,
             ).rowcount
-            runs += self._conn.execute(
+            runs += self._execute(
                 f"DELETE FROM runs WHERE seq IN ({marks}) AND state IN {_FINISHED}", chunk
             ).rowcount
         return runs, attempts
@@ -197,7 +167,7 @@ class RetentionQueries:
         A pending request is never selected, however old: it is still owed an
         answer (a trigger recorded while no supervisor runs waits for one).
         """
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT seq FROM requests WHERE seq > ? AND state IN ('done', 'refused')"
             " AND handled_at < ? ORDER BY seq LIMIT ?",
             (after_seq, cutoff, limit),
@@ -207,9 +177,8 @@ class RetentionQueries:
     def delete_answered_requests(self, seqs: Sequence[int]) -> int:
         """The state test is repeated so no caller can remove a pending request."""
         removed = 0
-        for start in range(0, len(seqs), 500):
-            chunk = list(seqs[start : start + 500])
-            removed += self._conn.execute(
+        for chunk in chunked(seqs):
+            removed += self._execute(
                 f"DELETE FROM requests WHERE seq IN ({_marks(chunk)})"
                 " AND state IN ('done', 'refused')",
                 chunk,
@@ -220,7 +189,7 @@ class RetentionQueries:
 
     def ledger_window(self, schedule_id: str, low: int, high: int) -> list[LedgerItem]:
         """Rows with low <= instant <= high, by (instant, seq)."""
-        rows = self._conn.execute(
+        rows = self._execute(
             f"SELECT {_LEDGER_COLUMNS} FROM occurrences o WHERE o.schedule_id = ?"
             " AND o.scheduled_at BETWEEN ? AND ? ORDER BY o.scheduled_at, o.seq",
             (schedule_id, low, high),
@@ -241,7 +210,7 @@ class RetentionQueries:
                 f"SELECT {_LEDGER_COLUMNS} FROM occurrences o WHERE o.schedule_id = ?"
                 " AND o.scheduled_at > ? ORDER BY o.scheduled_at, o.seq LIMIT 1"
             )
-        row = self._conn.execute(sql, (schedule_id, instant)).fetchone()
+        row = self._execute(sql, (schedule_id, instant)).fetchone()
         return _ledger_item(row) if row else None
 
     def update_pruned_row(
@@ -255,7 +224,7 @@ class RetentionQueries:
         recorded_at: float,
         ledger_pos: int,
     ) -> None:
-        self._conn.execute(
+        self._execute(
             "UPDATE occurrences SET scheduled_at = ?, last_at = ?, count = ?, revision = ?,"
             " reason = ?, recorded_at = ?, ledger_pos = ? WHERE seq = ? AND state = ?",
             (first, last, count, revision, reason, recorded_at, ledger_pos, seq, PRUNED_STATE),
@@ -263,9 +232,8 @@ class RetentionQueries:
 
     def delete_pruned_rows(self, seqs: Sequence[int]) -> None:
         """Merged away: another `pruned` row now covers their span."""
-        for start in range(0, len(seqs), 500):
-            chunk = list(seqs[start : start + 500])
-            self._conn.execute(
+        for chunk in chunked(seqs):
+            self._execute(
                 f"DELETE FROM occurrences WHERE seq IN ({_marks(chunk)}) AND state = ?",
                 (*chunk, PRUNED_STATE),
             )

@@ -1,4 +1,8 @@
-"""Plain rows read from the store; the store layer is the only producer."""
+"""Plain rows read from the store; the store layer is the only producer.
+
+The store interface (`wfsched.store.interface.Store`) returns only these
+(and builtins), so nothing outside the store sees a driver type.
+"""
 
 from __future__ import annotations
 
@@ -101,6 +105,78 @@ class RequestRow:
     state: str
     result: str | None
     handled_at: float | None
+
+
+PRUNED_STATE = "pruned"
+"""The ledger state of retention's summary rows (never pruned themselves)."""
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One occurrence row as the audit's ledger walk needs it."""
+
+    seq: int
+    scheduled_at: int
+    last_at: int | None
+    count: int | None
+    summary: bool
+    state: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class RevisionRow:
+    revision: int
+    definition: str
+    created_at: float
+    watermark: int | None
+    """consumed_through when the revision took over (None before schema 3)."""
+
+
+@dataclass(frozen=True)
+class RunAttempts:
+    """A run with its attempt rows (attempt number -> state)."""
+
+    seq: int
+    schedule_id: str
+    kind: str
+    state: str
+    attempt: int
+    attempts: dict[int, str]
+
+
+@dataclass(frozen=True)
+class SchemaProblem:
+    """A schema object the migrations create that is missing or altered."""
+
+    kind: str
+    name: str
+    found: str | None
+    """The object's normalized SQL as found; None when it is missing."""
+
+
+@dataclass(frozen=True)
+class LedgerItem:
+    """One occurrence row as retention sees it: the span it accounts for."""
+
+    seq: int
+    first: int
+    last: int
+    count: int | None
+    """Instants covered: 1 for a row of its own, the summary's count (None = unknown)."""
+    state: str
+    revision: int
+    ledger_pos: int
+    """Its place in the history's record order."""
+
+
+@dataclass(frozen=True)
+class PrunableRow:
+    """An occurrence row retention may remove, with the run that goes with it."""
+
+    item: LedgerItem
+    schedule_id: str
+    run_seq: int | None
 
 
 def run_id(seq: int) -> str:

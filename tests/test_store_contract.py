@@ -1,0 +1,316 @@
+"""The store contract: what every `wfsched.store.Store` backend guarantees.
+
+Written against the interface only (no SQL, no driver calls beyond naming the
+backend's integrity exception), parametrized by backend: a second backend
+adds a param to `store_backend` and must pass every case here unchanged.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from wfsched.store import SQLiteStore, Store
+
+T0 = 1_780_000_000
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    open: Callable[[], Store]
+    integrity_error: type[Exception]
+    """What the database raises when it refuses a write."""
+
+
+@pytest.fixture(params=["sqlite"])
+def store_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", lambda: SQLiteStore(tmp_path / "contract"), sqlite3.IntegrityError)
+    raise AssertionError(request.param)
+
+
+@pytest.fixture
+def store(store_backend: Backend) -> Iterator[Store]:
+    opened = store_backend.open()
+    yield opened
+    opened.close()
+
+
+def add_schedule(store: Store, schedule_id: str = "s", next_due: int | None = T0 + 60) -> None:
+    with store.atomic():
+        store.insert_schedule(schedule_id, f'{{"id": "{schedule_id}"}}', T0, T0, next_due)
+
+
+def admit(store: Store, schedule_id: str, at: int, kind: str = "scheduled") -> int:
+    with store.atomic():
+        seq = store.insert_run(schedule_id, kind, at, 1, '{"argv": ["true"]}', T0)
+        if kind == "scheduled":
+            store.insert_occurrence(schedule_id, at, "admitted", 1, T0, run_seq=seq)
+    return seq
+
+
+# -- the database refuses what must never happen ------------------------------------
+
+
+def test_one_decision_per_instant_is_enforced_by_the_database(
+    store: Store, store_backend: Backend
+) -> None:
+    add_schedule(store)
+    admit(store, "s", T0 + 60)
+    with pytest.raises(store_backend.integrity_error), store.atomic():
+        store.insert_occurrence("s", T0 + 60, "skipped-misfire", 1, T0)
+    with pytest.raises(store_backend.integrity_error), store.atomic():
+        store.insert_run("s", "scheduled", T0 + 60, 1, "{}", T0)
+        store.insert_occurrence("s", T0 + 60, "admitted", 1, T0, run_seq=None)
+    # A summary row may share its first instant with a row of its own.
+    with store.atomic():
+        store.insert_occurrence(
+            "s", T0 + 60, "skipped-misfire", 1, T0, last_at=T0 + 120, count=2, summary=True
+        )
+    rows = store.page_occurrences("s", None, 10)
+    assert [(r.state, r.summary) for r in rows] == [("admitted", False), ("skipped-misfire", True)]
+    assert len(store.list_runs()) == 1, "the refused admission's run row was rolled back"
+
+
+def test_one_run_is_claimed_by_one_occurrence_row(store: Store, store_backend: Backend) -> None:
+    add_schedule(store)
+    seq = admit(store, "s", T0 + 60)
+    with pytest.raises(store_backend.integrity_error), store.atomic():
+        store.insert_occurrence("s", T0 + 120, "admitted", 1, T0, run_seq=seq)
+
+
+def test_the_watermark_never_moves_back(store: Store, store_backend: Backend) -> None:
+    add_schedule(store)
+    with store.atomic():
+        store.update_schedule("s", consumed_through=T0 + 600)
+        store.update_schedule("s", consumed_through=T0 + 600)
+    with pytest.raises(store_backend.integrity_error), store.atomic():
+        store.update_schedule("s", revision=2, consumed_through=T0 + 599)
+    row = store.get_schedule("s")
+    assert row is not None
+    assert (row.consumed_through, row.revision) == (T0 + 600, 1)
+
+
+def test_only_known_columns_can_be_updated(store: Store) -> None:
+    add_schedule(store)
+    seq = admit(store, "s", T0 + 60)
+    with pytest.raises(ValueError, match="not mutable"):
+        store.update_schedule("s", id="t")
+    with pytest.raises(ValueError, match="not mutable"):
+        store.update_run(seq, schedule_id="t")
+    with pytest.raises(ValueError, match="not mutable"):
+        store.update_attempt(seq, 1, started=2)
+
+
+# -- transactions -------------------------------------------------------------------
+
+
+class Boom(Exception):
+    pass
+
+
+def test_atomic_is_all_or_nothing_and_keeps_the_error(store: Store) -> None:
+    with pytest.raises(Boom), store.atomic():
+        store.insert_schedule("a", "{}", T0, T0, None)
+        store.set_meta(pid="1")
+        raise Boom
+    assert store.get_schedule("a") is None
+    assert store.get_meta("pid") is None
+    with store.atomic():
+        store.insert_schedule("a", "{}", T0, T0, None)
+    assert store.get_schedule("a") is not None
+
+
+def test_a_nested_atomic_rolls_back_only_its_own_writes(store: Store) -> None:
+    with store.atomic():
+        store.insert_schedule("outer", "{}", T0, T0, None)
+        with pytest.raises(Boom), store.atomic():
+            store.insert_schedule("inner", "{}", T0, T0, None)
+            raise Boom
+        store.set_meta(after="yes")
+    assert store.get_schedule("outer") is not None
+    assert store.get_schedule("inner") is None
+    assert store.get_meta("after") == "yes"
+
+
+def test_an_error_after_a_nested_commit_rolls_back_everything(store: Store) -> None:
+    with pytest.raises(Boom), store.atomic():
+        with store.atomic():
+            store.insert_schedule("inner", "{}", T0, T0, None)
+        raise Boom
+    assert store.get_schedule("inner") is None
+
+
+def test_snapshot_reads_inside_and_outside_a_write(store: Store) -> None:
+    add_schedule(store)
+    with store.snapshot():
+        assert [row.id for row in store.list_schedules()] == ["s"]
+    with store.atomic(), store.snapshot():
+        store.insert_schedule("t", "{}", T0, T0, None)
+        assert [row.id for row in store.list_schedules()] == ["s", "t"]
+
+
+# -- schedules ------------------------------------------------------------------------
+
+
+def test_schedules_listing_due_and_blocked(store: Store) -> None:
+    add_schedule(store, "a", next_due=T0 + 30)
+    add_schedule(store, "b", next_due=T0 + 10)
+    add_schedule(store, "c", next_due=None)
+    with store.atomic():
+        store.update_schedule("c", blocked_reason="calendar regression")
+        store.update_schedule("a", deleted_at=T0 + 1, next_due=None)
+    assert [row.id for row in store.list_schedules()] == ["b", "c"]
+    assert [row.id for row in store.list_schedules(include_deleted=True)] == ["a", "b", "c"]
+    earliest = store.earliest_due_schedule()
+    assert earliest is not None and earliest.id == "b"
+    assert [row.id for row in store.due_schedules(T0 + 10, limit=10)] == ["b"]
+    assert store.due_schedules(T0 + 9, limit=10) == []
+    assert [(row.id, row.state) for row in store.blocked_schedules()] == [("c", "blocked")]
+
+
+def test_schedules_by_id_crosses_the_in_list_chunk(store: Store) -> None:
+    ids = [f"s{n:04d}" for n in range(1203)]
+    with store.atomic():
+        for schedule_id in ids:
+            store.insert_schedule(schedule_id, "{}", T0, T0, None)
+    found = store.schedules_by_id([*ids, "missing"])
+    assert sorted(found) == ids
+    seq = admit(store, ids[-1], T0 + 60)
+    assert store.active_run_counts(ids) == {ids[-1]: 1}
+    assert store.last_outcomes(ids) == {ids[-1]: "admitted"}
+    assert store.get_run(seq) is not None
+
+
+def test_revisions_are_kept_per_schedule(store: Store) -> None:
+    add_schedule(store)
+    with store.atomic():
+        store.update_schedule("s", revision=2, definition="{}")
+        store.insert_revision("s", 2, "{}", T0 + 5, T0 + 5)
+    history = store.revision_history()["s"]
+    assert [(entry.revision, entry.watermark) for entry in history] == [(1, T0), (2, T0 + 5)]
+
+
+# -- paging ---------------------------------------------------------------------------
+
+
+def test_occurrences_page_in_record_order_by_ledger_position(store: Store) -> None:
+    add_schedule(store)
+    minutes = (5, 1, 3, 2, 4)
+    with store.atomic():
+        for minute in minutes:
+            store.insert_occurrence("s", T0 + 60 * minute, "skipped-misfire", 1, T0)
+    seen: list[int] = []
+    positions: list[int] = []
+    after: int | None = None
+    while True:
+        page = store.page_occurrences("s", after, 2)
+        if not page:
+            break
+        seen.extend(row.scheduled_at for row in page)
+        positions.extend(row.ledger_pos for row in page)
+        after = page[-1].ledger_pos
+    # Record order, not instant order: a row written later never lands
+    # before a position already handed out.
+    assert seen == [T0 + 60 * minute for minute in minutes]
+    assert positions == sorted(set(positions))
+    assert store.page_occurrences("other", None, 10) == []
+
+
+def test_runs_page_newest_first_with_filters(store: Store) -> None:
+    add_schedule(store, "a")
+    add_schedule(store, "b")
+    seqs = [admit(store, schedule, T0 + 60 * n) for n, schedule in enumerate("ababa", 1)]
+    assert [run.seq for run in store.list_runs(limit=2)] == seqs[::-1][:2]
+    assert [run.seq for run in store.list_runs(before_seq=seqs[2], limit=10)] == seqs[:2][::-1]
+    assert [run.seq for run in store.list_runs(schedule_id="b")] == [seqs[3], seqs[1]]
+    with store.atomic():
+        store.update_run(seqs[0], state="failed", finished_at=T0 + 1)
+    assert [run.seq for run in store.list_runs(state="failed")] == [seqs[0]]
+
+
+# -- run and attempt lifecycle ----------------------------------------------------------
+
+
+def test_a_run_from_admission_to_completion(store: Store) -> None:
+    add_schedule(store)
+    seq = admit(store, "s", T0 + 60)
+    manual = admit(store, "s", T0 + 70, kind="manual")
+    run = store.get_run(seq)
+    assert run is not None and (run.state, run.attempt, run.kind) == ("admitted", 0, "scheduled")
+    assert [r.seq for r in store.admitted_runs()] == [seq, manual]
+    assert store.executing_count() == 1, "manual runs hold no slot"
+    assert store.run_state_counts() == {"admitted": 2}
+    occurrence = store.occurrence_for_run(seq)
+    assert occurrence is not None and occurrence.run_state == "admitted"
+
+    with store.atomic():
+        store.insert_attempt(seq, 1, T0 + 61)
+        store.update_run(seq, state="running", started_at=T0 + 61, attempt=1)
+    assert store.scheduled_running_count() == 1
+    assert store.admitted_runs()[0].seq == manual
+    attempt = store.get_attempt(seq, 1)
+    assert attempt is not None and attempt.state == "running"
+
+    with store.atomic():
+        store.update_attempt(seq, 1, state="completed", exit_code=0, finished_at=T0 + 62)
+        store.update_run(seq, state="completed", exit_code=0, finished_at=T0 + 62)
+    assert [r.seq for r in store.unfinished_runs()] == [manual]
+    assert store.active_run_counts(["s"]) == {}
+    assert store.all_active_run_counts() == {"s": 1}
+    assert [(a.attempt, a.state, a.exit_code) for a in store.attempts(seq)] == [(1, "completed", 0)]
+    done = store.occurrence_for_run(seq)
+    assert done is not None and (done.run_state, done.finished_at) == ("completed", T0 + 62)
+    assert store.get_run(10_000) is None
+    assert store.get_attempt(seq, 2) is None
+
+
+# -- requests and bookkeeping ------------------------------------------------------------
+
+
+def test_requests_queue_in_order_until_answered(store: Store) -> None:
+    add_schedule(store)
+    with store.atomic():
+        first = store.insert_request("trigger", T0, schedule_id="s", payload='{"input": 1}')
+        second = store.insert_request("cancel", T0 + 1, run_seq=7)
+    assert [r.seq for r in store.pending_requests()] == [first, second]
+    with store.atomic():
+        store.finish_request(first, "done", "run-000001", T0 + 2)
+    assert [r.seq for r in store.pending_requests()] == [second]
+    answered = store.get_request(first)
+    assert answered is not None
+    assert (answered.state, answered.result, answered.handled_at) == ("done", "run-000001", T0 + 2)
+    assert answered.payload == '{"input": 1}'
+    assert store.get_request(10_000) is None
+
+
+def test_meta_is_an_upsert(store: Store) -> None:
+    with store.atomic():
+        store.set_meta(pid="1", started_at="5.0")
+        store.set_meta(pid="2")
+    store.touch_meta(last_tick_at="6.0")
+    assert [store.get_meta(key) for key in ("pid", "started_at", "last_tick_at", "x")] == [
+        "2",
+        "5.0",
+        "6.0",
+        None,
+    ]
+
+
+def test_reopening_keeps_everything_and_the_schema(store_backend: Backend) -> None:
+    first = store_backend.open()
+    add_schedule(first)
+    version = first.schema_version
+    first.close()
+    again = store_backend.open()
+    try:
+        assert again.schema_version == version >= 1
+        assert again.get_schedule("s") is not None
+        assert again.schema_problems() == []
+    finally:
+        again.close()

@@ -1,0 +1,402 @@
+"""The store interface: everything outside the store needs from persistence.
+
+The operator API (admin, reads, runs, status, audit, retention), the
+supervisor and the CLI reach the database only through these methods. They
+take and return plain values and the row dataclasses of `wfsched.store.rows`;
+no connection, cursor, driver row or SQL crosses this line, so a second
+backend (PostgreSQL) is one more class that satisfies this Protocol and
+passes `tests/test_store_contract.py`.
+
+Guarantees every implementation keeps (the contract tests check each):
+- `atomic()` is one write transaction: all of its writes or none; nested use
+  is a savepoint whose failure rolls back only the nested part; an error
+  inside propagates unchanged after the rollback.
+- `snapshot()` gives multi-statement reads one consistent state.
+- The database itself refuses a second non-summary occurrence row for one
+  (schedule, instant), a second occurrence row for one run, and a watermark
+  (`consumed_through`) that moves back; the refusal is an exception raised
+  from the write and rolls back the transaction it was in.
+- Paging is keyset paging: `page_occurrences` in record order by ledger
+  position; `list_runs` newest first by seq, before `before_seq`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+from wfsched.store.metrics import LedgerCount, RunCount, RunFact
+from wfsched.store.rows import (
+    AttemptRow,
+    LedgerItem,
+    LedgerRow,
+    OccurrenceRow,
+    PrunableRow,
+    RequestRow,
+    RevisionRow,
+    RunAttempts,
+    RunRow,
+    ScheduleRow,
+    SchemaProblem,
+)
+
+
+class Store(Protocol):
+    """One store: its database plus the run directories beside it."""
+
+    root: Path
+    """Where the store lives (shown by `status`)."""
+    runs_dir: Path
+    """Run directories (`runs/<run-id>/attempt-N/`) on this host."""
+    lock_path: Path
+    """The file the supervisor's ownership lock is taken on."""
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def atomic(self) -> AbstractContextManager[None]:
+        """One write transaction; nested calls become savepoints."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """A read transaction, so multi-statement reads see one state."""
+        ...
+
+    # -- schedules, ledger, runs, attempts, requests, meta ---------------------------------
+
+    def close(self) -> None: ...
+
+    @property
+    def schema_version(self) -> int: ...
+
+    def insert_schedule(
+        self,
+        schedule_id: str,
+        definition: str,
+        now: float,
+        consumed_through: int,
+        next_due: int | None,
+        exhausted: bool = False,
+    ) -> None: ...
+
+    def insert_revision(
+        self, schedule_id: str, revision: int, definition: str, now: float, watermark: int
+    ) -> None:
+        """`watermark`: the schedule's consumed_through as this revision takes over; it owes the
+        calendar instants after it (audit reads it)."""
+        ...
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRow | None: ...
+
+    def list_schedules(self, include_deleted: bool = False) -> list[ScheduleRow]: ...
+
+    def schedules_by_id(self, ids: Iterable[str]) -> dict[str, ScheduleRow]: ...
+
+    def update_schedule(self, schedule_id: str, **fields: Any) -> None: ...
+
+    def due_schedules(self, now: int, limit: int) -> list[ScheduleRow]:
+        """Schedules the tick must look at: due by calendar, or holding a candidate."""
+        ...
+
+    def blocked_schedules(self) -> list[ScheduleRow]: ...
+
+    def earliest_due_schedule(self) -> ScheduleRow | None:
+        """The schedule due next (an index seek on next_due)."""
+        ...
+
+    def insert_occurrence(
+        self,
+        schedule_id: str,
+        scheduled_at: int,
+        state: str,
+        revision: int,
+        recorded_at: float,
+        *,
+        reason: str | None = None,
+        run_seq: int | None = None,
+        last_at: int | None = None,
+        count: int | None = None,
+        summary: bool = False,
+        ledger_pos: int | None = None,
+    ) -> int:
+        """A ledger row, appended to its schedule's history unless `ledger_pos` places it
+        (retention's `pruned` rows only)."""
+        ...
+
+    def insert_occurrences(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Bulk insert of (schedule_id, scheduled_at, last_at, count, summary, state, reason,
+        revision, run_seq, recorded_at) tuples (seeding and benchmarks)."""
+        ...
+
+    def page_occurrences(
+        self, schedule_id: str, after: int | None, limit: int
+    ) -> list[OccurrenceRow]:
+        """In record order, after ledger position `after`: keyset paging on occurrences_ledger,
+        so any page is an index seek, and a row written later always lands after every
+        position already handed out."""
+        ...
+
+    def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None: ...
+
+    def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
+        """The newest run state per schedule (for `list`)."""
+        ...
+
+    def insert_run(
+        self,
+        schedule_id: str,
+        kind: str,
+        scheduled_at: int,
+        revision: int,
+        invocation: str,
+        admitted_at: float,
+    ) -> int: ...
+
+    def get_run(self, seq: int) -> RunRow | None: ...
+
+    def update_run(self, seq: int, **fields: Any) -> None: ...
+
+    def list_runs(
+        self,
+        *,
+        schedule_id: str | None = None,
+        state: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[RunRow]:
+        """Newest first; keyset paging on seq."""
+        ...
+
+    def unfinished_runs(self) -> list[RunRow]: ...
+
+    def admitted_runs(self) -> list[RunRow]:
+        """Runs admitted but not launched yet (recovery leaves these for a tick)."""
+        ...
+
+    def active_run_counts(self, schedule_ids: Sequence[str]) -> dict[str, int]:
+        """Unfinished scheduled runs per schedule: what overlap counts."""
+        ...
+
+    def all_active_run_counts(self) -> dict[str, int]: ...
+
+    def executing_count(self) -> int:
+        """Scheduled runs holding an execution slot: running, or admitted and launchable. An
+        admitted run of a blocked schedule cannot launch, so it waits without a slot until
+        `resume` clears the block; manual runs bypass capacity."""
+        ...
+
+    def blocked_admitted_count(self) -> int:
+        """Scheduled runs admitted but waiting for their schedule's block to clear."""
+        ...
+
+    def scheduled_running_count(self) -> int: ...
+
+    def run_state_counts(self) -> dict[str, int]: ...
+
+    def insert_attempt(self, run_seq: int, attempt: int, started_at: float) -> None: ...
+
+    def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None: ...
+
+    def attempts(self, run_seq: int) -> list[AttemptRow]: ...
+
+    def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None: ...
+
+    def insert_request(
+        self,
+        kind: str,
+        now: float,
+        *,
+        schedule_id: str | None = None,
+        run_seq: int | None = None,
+        payload: str | None = None,
+    ) -> int: ...
+
+    def pending_requests(self, limit: int = 100) -> list[RequestRow]: ...
+
+    def get_request(self, seq: int) -> RequestRow | None: ...
+
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> None: ...
+
+    def set_meta(self, **values: str) -> None: ...
+
+    def touch_meta(self, **values: str) -> None:
+        """A bookkeeping write (the liveness stamp) committed without an fsync."""
+        ...
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    # -- read-only queries for `wfsched audit` ---------------------------------------------
+
+    def audit_snapshot(self) -> AbstractContextManager[None]:
+        """One read transaction for the whole audit, so a supervisor writing meanwhile cannot
+        make the checks see half of a transaction; database errors become one-line
+        StoreErrors."""
+        ...
+
+    def schema_problems(self) -> list[SchemaProblem]:
+        """Every table, index or trigger the migrations create that is missing here or differs
+        from what they create, by (kind, name)."""
+        ...
+
+    def audit_counts(self) -> dict[str, int]: ...
+
+    def revision_history(self) -> dict[str, list[RevisionRow]]:
+        """schedule id -> its revisions, oldest first."""
+        ...
+
+    def duplicate_instants(self) -> list[tuple[str, int, int, int, list[int]]]:
+        """(schedule_id, instant, rows, run-bearing rows, run seqs) for every instant with more
+        than one single (non-summary) ledger row."""
+        ...
+
+    def duplicate_scheduled_runs(self) -> list[tuple[str, int, list[int]]]:
+        """(schedule_id, instant, run seqs) where two scheduled runs share an instant."""
+        ...
+
+    def runs_claimed_twice(self) -> list[tuple[int, list[str], list[int]]]:
+        """(run seq, schedule ids, instants) of runs referenced by more than one occurrence row."""
+        ...
+
+    def scheduled_runs_without_admission(self) -> list[tuple[int, str, int]]:
+        """(run seq, schedule id, instant) of scheduled runs no occurrence row points at."""
+        ...
+
+    def mismatched_admissions(
+        self,
+    ) -> list[tuple[int, str, int, bool, str, int, str]]:
+        """Occurrence rows pointing at a run that is not the run of that occurrence: (run seq,
+        occurrence schedule, occurrence instant, summary, run schedule, run instant, run
+        kind)."""
+        ...
+
+    def admissions_without_run(self) -> list[tuple[str, int, int | None]]:
+        """(schedule id, instant, run seq) of occurrence rows that claim a run which does not
+        exist, or say `admitted` and point at none."""
+        ...
+
+    def ledger_rows(self, schedule_id: str) -> Iterator[LedgerRow]:
+        """The schedule's ledger in instant order, streamed (an index walk)."""
+        ...
+
+    def misplaced_ledger_rows(self) -> list[tuple[str, int, int, int | None]]:
+        """(schedule id, seq, instant, position) of occurrence rows with no ledger position, or
+        with one beyond the last row ever recorded: a row written later would be placed behind
+        it, where a cursor that already passed it never looks."""
+        ...
+
+    def ledger_high_marks(self) -> dict[str, int]:
+        """schedule id -> the latest instant any of its rows accounts for."""
+        ...
+
+    def ledger_high_marks_by_revision(self, schedule_id: str) -> dict[int, int]:
+        """revision -> the latest instant the schedule's rows of that revision account for."""
+        ...
+
+    def runs_with_attempts(self) -> Iterator[RunAttempts]: ...
+
+    def attempts_without_run(self) -> list[tuple[int, int]]:
+        """(run seq, attempt rows) for attempt rows whose run does not exist."""
+        ...
+
+    def known_run_seqs(self, seqs: list[int]) -> set[int]: ...
+
+    # -- retention (`wfsched prune` and the supervisor's periodic prune) -------------------
+
+    def retention_schedule_ids(self) -> list[str]:
+        """Every schedule, deleted ones included: their history ages too."""
+        ...
+
+    def prunable_ledger_rows(
+        self,
+        schedule_id: str,
+        cutoff: float,
+        after: tuple[int, int] | None,
+        limit: int,
+    ) -> list[PrunableRow]:
+        """The schedule's oldest removable occurrence rows, by (instant, seq)."""
+        ...
+
+    def prunable_runs(self, cutoff: float, after_seq: int, limit: int) -> list[tuple[int, str]]:
+        """Finished runs that finished before `cutoff`, by seq: (seq, schedule_id)."""
+        ...
+
+    def occurrence_rows_of_runs(self, run_seqs: Sequence[int]) -> list[PrunableRow]:
+        """The ledger rows linked to these runs (occurrences_run index)."""
+        ...
+
+    def attempt_count(self, run_seqs: Sequence[int]) -> int: ...
+
+    def run_seqs_between(self, low: int, high: int) -> set[int]:
+        """Run rows that exist with low <= seq <= high (a rowid range)."""
+        ...
+
+    def delete_occurrence_rows(self, seqs: Sequence[int]) -> int:
+        """Occurrence rows first: they reference runs (occurrences.run_seq)."""
+        ...
+
+    def delete_finished_runs(self, run_seqs: Sequence[int]) -> tuple[int, int]:
+        """Attempts, then the runs; (runs, attempts) removed."""
+        ...
+
+    def prunable_requests(self, cutoff: float, after_seq: int, limit: int) -> list[int]:
+        """Answered requests (done or refused) answered before `cutoff`, by seq."""
+        ...
+
+    def delete_answered_requests(self, seqs: Sequence[int]) -> int:
+        """The state test is repeated so no caller can remove a pending request."""
+        ...
+
+    def ledger_window(self, schedule_id: str, low: int, high: int) -> list[LedgerItem]:
+        """Rows with low <= instant <= high, by (instant, seq)."""
+        ...
+
+    def ledger_neighbour(
+        self, schedule_id: str, instant: int, *, before: bool
+    ) -> LedgerItem | None:
+        """The row just before (or after) `instant` in ledger order."""
+        ...
+
+    def update_pruned_row(
+        self,
+        seq: int,
+        first: int,
+        last: int,
+        count: int | None,
+        revision: int,
+        reason: str,
+        recorded_at: float,
+        ledger_pos: int,
+    ) -> None: ...
+
+    def delete_pruned_rows(self, seqs: Sequence[int]) -> None:
+        """Merged away: another `pruned` row now covers their span."""
+        ...
+
+    # -- metrics (`supervise --metrics`) ---------------------------------------------------
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (a CLI command) commits; our own commits leave it
+        alone, so the tick knows when to re-read schedules."""
+        ...
+
+    def schedule_ids_updated_since(self, since: float) -> list[str]:
+        """Schedules an administrative change stamped at or after `since`."""
+        ...
+
+    def last_occurrence_seq(self) -> int: ...
+
+    def ledger_counts(self, after_seq: int, through_seq: int) -> list[LedgerCount]:
+        """Ledger rows with `after_seq < seq <= through_seq`, grouped. Rows that record pruning
+        are bookkeeping, not decisions, and are left out."""
+        ...
+
+    def finished_run_counts(self) -> list[RunCount]: ...
+
+    def unfinished_run_states(self) -> dict[str, int]:
+        """Unfinished runs (scheduled and manual) by state: a partial-index count."""
+        ...
+
+    def run_facts(self, seqs: Sequence[int]) -> list[RunFact]:
+        """The few columns metrics need of the runs a tick launched or ended."""
+        ...
