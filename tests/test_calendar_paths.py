@@ -23,10 +23,11 @@ from conftest import CliRun
 from tests.fakes import Clock, FakeControl
 from wfsched.admin import Admin
 from wfsched.calendar import CronCalendar
+from wfsched.config import SupervisorConfig
 from wfsched.decisions import SCAN_CAP, Span, span_between
 from wfsched.definition import parse_definition
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
 NY = "America/New_York"

@@ -15,13 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes import Clock, FakeControl
 from wfsched.admin import Admin
+from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
 from wfsched.errors import UsageError
 from wfsched.metrics import Metrics, Snapshot, health, reason_label
 from wfsched.metrics_render import Renderer
 from wfsched.metrics_server import Listen, MetricsServer, parse_listen
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.supervisor import Supervisor
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60

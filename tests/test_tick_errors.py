@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
+from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
 from wfsched.faults import InjectedFault
 from wfsched.status import status
-from wfsched.supervisor import NOTIFY_TRIES, REQUEST_TRIES, Supervisor, SupervisorConfig
+from wfsched.supervisor import NOTIFY_TRIES, REQUEST_TRIES, Supervisor
 from wfsched.tickerrors import REPEAT_LOG_INTERVAL, TickErrors
 
 

@@ -18,11 +18,12 @@ from fakes import Clock, FakeControl
 from wfsched.admin import Admin
 from wfsched.audit import audit
 from wfsched.calendar import CronCalendar, OneShotCalendar, normalize_cron
+from wfsched.config import SupervisorConfig
 from wfsched.decisions import ScheduleView, ask, decide, span_between
 from wfsched.definition import parse_definition
 from wfsched.errors import EndOfTime
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.supervisor import Supervisor
 from wfsched.timeutil import (
     MAX_INSTANT,
     MIN_INSTANT,
