@@ -123,3 +123,10 @@ def utc_ago(seconds: float) -> str:
     """
     moment = math.floor(time.time() - seconds)
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+
+def utc_in(seconds: float) -> str:
+    """An RFC 3339 instant at least `seconds` from now (whole seconds): for
+    the tests that need the supervisor idle before an instant."""
+    moment = math.ceil(time.time() + seconds)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
