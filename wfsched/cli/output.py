@@ -9,7 +9,8 @@ shown in UTC and in the schedule's own zone.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, tzinfo
+import re
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -73,33 +74,29 @@ def _zone(name: str) -> tzinfo:
     return ZoneInfo(name)
 
 
-def schedule_zone(trigger: dict[str, Any]) -> tzinfo:
-    """The zone a schedule's times are shown in.
+def schedule_zone(view: dict[str, Any]) -> tzinfo:
+    """The zone a schedule's times are shown in: the schedule's, not the operator's.
 
     A cron schedule has its IANA `timezone`; a one-shot's zone is the offset
-    written in `at` (DESIGN section 2: the offset is the zone).
+    written in `at` (the offset is the zone). The schedule view carries it
+    as `zone`.
     """
-    if trigger.get("timezone"):
-        try:
-            return _zone(trigger["timezone"])
-        except (ValueError, OSError):
-            return UTC
-    written = trigger.get("at")
-    if isinstance(written, str):
-        try:
-            moment = datetime.fromisoformat(written.strip())
-        except ValueError:
-            return UTC
-        if moment.tzinfo is not None:
-            return moment.tzinfo
-    return UTC
+    name = view.get("zone")
+    if not isinstance(name, str) or name == "UTC":
+        return UTC
+    match = re.fullmatch(r"([+-])(\d{2}):(\d{2})", name)
+    if match:
+        sign = -1 if match.group(1) == "-" else 1
+        minutes = int(match.group(2)) * 60 + int(match.group(3))
+        return timezone(sign * timedelta(minutes=minutes))
+    try:
+        return _zone(name)
+    except (ValueError, OSError):
+        return UTC
 
 
-def zone_label(trigger: dict[str, Any]) -> str:
-    if trigger.get("timezone"):
-        return str(trigger["timezone"])
-    offset = schedule_zone(trigger).utcoffset(None)
-    return _offset_text(offset.total_seconds()) if offset else "UTC"
+def zone_label(view: dict[str, Any]) -> str:
+    return str(view.get("zone") or "UTC")
 
 
 def local_text(instant: str | None, zone: tzinfo) -> str:

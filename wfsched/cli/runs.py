@@ -243,8 +243,7 @@ class _Zones:
 
     def of(self, schedule_id: str) -> tzinfo:
         if schedule_id not in self._zones:
-            trigger = self._state.reads().get(schedule_id)["trigger"]
-            self._zones[schedule_id] = schedule_zone(trigger)
+            self._zones[schedule_id] = schedule_zone(self._state.reads().get(schedule_id))
         return self._zones[schedule_id]
 
 

@@ -67,7 +67,7 @@ def _load(state: CliState, file: str) -> Definition:
 def _next_due_text(view: dict[str, Any]) -> str:
     if view["next_due"] is None:
         return f"no next due instant ({view['state']})"
-    zone = output.schedule_zone(view["trigger"])
+    zone = output.schedule_zone(view)
     return f"next due {view['next_due']} ({output.local_text(view['next_due'], zone)})"
 
 
@@ -189,7 +189,7 @@ def _toml_of(admin: Admin, schedule_id: str) -> tuple[str, int]:
 
 
 def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
-    zone = output.schedule_zone(view["trigger"])
+    zone = output.schedule_zone(view)
     run, policy = view["run"], view["policy"]
     fields: list[tuple[str, Any]] = [
         ("id", view["id"]),
@@ -198,7 +198,7 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
         ("blocked reason", view["blocked_reason"]),
         ("revision", view["revision"]),
         ("trigger", output.trigger_text(view["trigger"])),
-        ("zone", output.zone_label(view["trigger"])),
+        ("zone", output.zone_label(view)),
         ("next due (UTC)", output.utc_text(view["next_due"])),
         ("next due (local)", output.local_text(view["next_due"], zone)),
         ("pending", view.get("pending")),
@@ -259,13 +259,13 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
         "ACTIVE",
     )
     for view in items:
-        zone = output.schedule_zone(view["trigger"])
+        zone = output.schedule_zone(view)
         output.add_row(
             grid,
             view["id"],
             view["state"],
             output.trigger_text(view["trigger"]),
-            output.zone_label(view["trigger"]),
+            output.zone_label(view),
             output.utc_text(view["next_due"]),
             output.local_text(view["next_due"], zone),
             view["revision"],
@@ -474,7 +474,7 @@ def occurrences(
     if not items:
         output.say(f"no occurrences recorded for {schedule_id} yet")
     else:
-        zone = output.schedule_zone(state.reads().get(schedule_id)["trigger"])
+        zone = output.schedule_zone(state.reads().get(schedule_id))
         grid = output.table("SCHEDULED (UTC)", "LOCAL", "STATE", "REV", "RUN", "REASON")
         for item in items:
             scheduled, local, state_text = _occurrence_cells(item, zone)
