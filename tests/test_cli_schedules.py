@@ -310,7 +310,9 @@ def test_list_table_shows_next_due_in_utc_and_local(run_cli: CliRun, created) ->
 def test_list_on_a_fresh_machine_is_empty_and_creates_nothing(
     run_cli: CliRun, store_path: Path
 ) -> None:
-    assert run_cli("list") == (0, "no schedules\n", "")
+    code, out, err = run_cli("list")
+    assert (code, out) == (0, "no schedules\n")
+    assert err.startswith("wfsched: note: no store at") and err.count("\n") == 1
     assert as_json(run_cli("list", "--json")[1]) == {"items": [], "next_cursor": None}
     assert not store_path.exists()
 

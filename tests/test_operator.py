@@ -46,3 +46,87 @@ def test_one_shot_at_is_the_utc_instant_in_json_and_as_written_in_toml(
     code, out, _ = run_cli("get", "once")
     if "+01:00" in written:
         assert "2026-12-24 18:00 +01:00" in out
+
+
+def test_update_with_an_equal_definition_is_a_documented_no_op(
+    run_cli: CliRun, make_definition: Callable[..., Path]
+) -> None:
+    path = make_definition("same")
+    assert run_cli("create", str(path))[0] == 0
+    code, out, _ = run_cli("update", str(path), "--expected-revision", "1")
+    assert code == 0
+    assert "unchanged same (revision 1)" in out
+    assert json.loads(run_cli("get", "same", "--json")[1])["revision"] == 1
+    help_text = " ".join(run_cli("update", "--help")[1].split())
+    assert "identical to the stored one is a no-op" in help_text
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "definitions.md").read_text()
+    assert "identical to the stored one is a no-op" in " ".join(docs.split())
+
+
+# ------------------------------------------------- reads of a missing store
+
+MISSING_NOTE = "no store at"
+
+
+@pytest.mark.parametrize(
+    ("args", "empty"),
+    [
+        (("list", "--json"), {"items": [], "next_cursor": None}),
+        (("list", "--all", "--json"), {"items": [], "next_cursor": None}),
+        (("runs", "--json"), {"items": [], "next_cursor": None}),
+        (("runs", "list", "--schedule", "x", "--json"), {"items": [], "next_cursor": None}),
+        (("audit", "--json"), None),
+        (("status", "--json"), None),
+        (("prune", "--older-than", "30d", "--dry-run", "--json"), None),
+        (("prune", "--older-than", "30d", "--json"), None),
+    ],
+)
+def test_listing_reads_of_a_missing_store_answer_as_an_empty_store(
+    run_cli: CliRun, store_path: Path, args: tuple[str, ...], empty: object
+) -> None:
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert err.count("\n") == 1 and MISSING_NOTE in err and str(store_path) in err
+    answer = json.loads(out)
+    if empty is not None:
+        assert answer == empty
+    if args[0] == "audit":
+        assert answer["ok"] is True and answer["violations"] == []
+    if args[0] == "prune":
+        assert answer["runs"] == 0 and answer["occurrences"] == 0
+    if args[0] == "status":
+        assert answer["executing"] == 0 and answer["blocked"] == []
+    assert not store_path.exists()
+
+
+@pytest.mark.parametrize(
+    "args", [("list",), ("runs",), ("runs", "list"), ("audit",), ("status",)]
+)
+def test_human_reads_of_a_missing_store_exit_0_with_a_note(
+    run_cli: CliRun, store_path: Path, args: tuple[str, ...]
+) -> None:
+    code, _out, err = run_cli(*args)
+    assert code == 0 and MISSING_NOTE in err and err.count("\n") == 1
+    assert not store_path.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "x"),
+        ("get", "x", "--json"),
+        ("get", "x", "--toml"),
+        ("next", "x"),
+        ("occurrences", "x"),
+        ("occurrences", "x", "--json"),
+        ("runs", "show", "run-000001"),
+        ("runs", "logs", "run-000001"),
+    ],
+)
+def test_reads_of_one_id_on_a_missing_store_are_not_found(
+    run_cli: CliRun, store_path: Path, args: tuple[str, ...]
+) -> None:
+    code, out, err = run_cli(*args)
+    assert (code, out) == (3, "")
+    assert err.startswith("wfsched: error: ") and err.count("\n") == 1 and MISSING_NOTE in err
+    assert not store_path.exists()

@@ -22,6 +22,15 @@ RUN_STATES = ("admitted", "running", "interrupted", "completed", "failed")
 MAX_PAGE = 100
 
 
+def check_list_arguments(*, status: str | None, limit: int, cursor: str | None) -> int | None:
+    """Refuse bad listing arguments (exit 2), store or no store; the cursor's key."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
+    if status is not None and status not in RUN_STATES:
+        raise UsageError(f"--status must be one of {', '.join(RUN_STATES)}")
+    return decode_cursor(cursor, "before")["before"] if cursor else None
+
+
 class Runs:
     def __init__(self, store: Store, clock: Clock = wall_clock) -> None:
         self.store = store
@@ -46,11 +55,7 @@ class Runs:
         limit: int = 20,
         cursor: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        if not 1 <= limit <= MAX_PAGE:
-            raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
-        if status is not None and status not in RUN_STATES:
-            raise UsageError(f"--status must be one of {', '.join(RUN_STATES)}")
-        before = decode_cursor(cursor, "before")["before"] if cursor else None
+        before = check_list_arguments(status=status, limit=limit, cursor=cursor)
         with self.store.snapshot():
             rows = self.store.list_runs(
                 schedule_id=schedule_id, state=status, before_seq=before, limit=limit + 1

@@ -8,7 +8,7 @@ import click
 
 from wfsched.cli import CliState, pass_state
 from wfsched.cli.output import print_json, say
-from wfsched.errors import NotFoundError, OperationError, UsageError
+from wfsched.errors import OperationError, UsageError
 
 if TYPE_CHECKING:
     from wfsched.retention import PruneReport
@@ -37,6 +37,7 @@ def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> Non
     schedule's history stays accounted for by a `pruned` summary row. Safe
     while a supervisor runs.
     """
+    from wfsched.retention import PruneReport
     from wfsched.retention import prune as prune_store
     from wfsched.timeutil import parse_duration
 
@@ -46,10 +47,12 @@ def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> Non
         seconds = parse_duration(int(text) if text.isascii() and text.isdigit() else text)
     except ValueError as exc:
         raise UsageError(f"--older-than: {exc}") from None
-    store = state.store(create=False)
+    store = state.read_store()
     if store is None:
-        raise NotFoundError(f"no store at {state.resolved_store_path()}; nothing to prune")
-    report = prune_store(store, seconds, state.clock(), dry_run=dry_run)
+        # Nothing to prune, and a prune must not create a store to say so.
+        report = PruneReport(cutoff=state.clock() - seconds, dry_run=dry_run)
+    else:
+        report = prune_store(store, seconds, state.clock(), dry_run=dry_run)
     if as_json:
         print_json({"older_than": seconds, **report.to_json()})
     else:

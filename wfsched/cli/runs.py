@@ -100,9 +100,16 @@ def list_runs(
     as_json: bool,
 ) -> None:
     """Runs, newest first."""
-    items, next_cursor = _runs(state).list(
-        schedule_id=schedule_id, status=status, limit=limit, cursor=cursor
-    )
+    from wfsched.runs import Runs, check_list_arguments
+
+    check_list_arguments(status=status, limit=limit, cursor=cursor)
+    store = state.read_store()
+    items: list[dict[str, Any]] = []
+    next_cursor = None
+    if store is not None:
+        items, next_cursor = Runs(store, clock=state.clock).list(
+            schedule_id=schedule_id, status=status, limit=limit, cursor=cursor
+        )
     if as_json:
         print_json({"items": items, "next_cursor": next_cursor})
         return

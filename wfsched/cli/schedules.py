@@ -237,7 +237,7 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
 @pass_state
 def list_(state: CliState, show_all: bool, as_json: bool) -> None:
     """List schedules: state, next due, last outcome, active runs."""
-    store = state.store(create=False)
+    store = state.read_store()
     items: list[dict[str, Any]] = []
     if store is not None:
         items = state.reads().schedules(include_deleted=show_all)
@@ -292,7 +292,11 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
 )
 @pass_state
 def update(state: CliState, file: str, expected_revision: int) -> None:
-    """Replace a schedule's definition with FILE (`-` reads stdin)."""
+    """Replace a schedule's definition with FILE (`-` reads stdin).
+
+    A definition identical to the stored one is a no-op, like a no-op `edit`:
+    exit 0, the revision stays, and it says `unchanged`.
+    """
     defn = _load(state, file)
     view, changed = state.admin().update(defn, expected_revision)
     if changed:
@@ -513,7 +517,7 @@ def status(state: CliState, as_json: bool) -> None:
     from wfsched.status import status as store_status
     from wfsched.status import status_without_store
 
-    store = state.store(create=False)
+    store = state.read_store()
     if store is None:
         info = status_without_store(state.resolved_store_path())
     else:
