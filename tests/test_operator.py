@@ -130,3 +130,55 @@ def test_reads_of_one_id_on_a_missing_store_are_not_found(
     assert (code, out) == (3, "")
     assert err.startswith("wfsched: error: ") and err.count("\n") == 1 and MISSING_NOTE in err
     assert not store_path.exists()
+
+
+# ------------------------------------------------------- durations on flags
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--drain-grace", "45s"),
+        ("--drain-grace", "45"),
+        ("--drain-grace", "0.5"),
+        ("--poll-interval", "2m"),
+        ("--poll-interval", "1"),
+        ("--poll-interval", "0.25"),
+    ],
+)
+def test_supervise_duration_flags_take_the_definition_forms(
+    run_cli: CliRun, store_path: Path, flags: tuple[str, ...]
+) -> None:
+    # An unknown key in config.toml stops the start after the flags were
+    # parsed: the error names config.toml, not the flag.
+    store_path.mkdir()
+    (store_path / "config.toml").write_text("no_such_setting = 1\n")
+    code, _, err = run_cli("supervise", *flags)
+    assert code == 2 and "config.toml" in err and "no_such_setting" in err, err
+
+
+@pytest.mark.parametrize("value", ["45x", "-3", "", "1.5d", "nan"])
+def test_supervise_rejects_a_malformed_duration_naming_the_flag(
+    run_cli: CliRun, store_path: Path, value: str
+) -> None:
+    code, _, err = run_cli("supervise", "--drain-grace", value)
+    assert code == 2 and "--drain-grace" in err and err.count("\n") == 1
+    assert not store_path.exists()
+
+
+def test_supervise_duration_flags_reach_the_config(store_path: Path) -> None:
+    from wfsched.cli.params import Duration
+    from wfsched.config import load_config
+
+    parse = Duration().convert
+    config = load_config(
+        store_path,
+        {"drain_grace": parse("45s", None, None), "poll_interval": parse("2m", None, None)},
+    )
+    assert (config.drain_grace, config.poll_interval) == (45.0, 120.0)
+
+
+def test_prune_older_than_takes_the_same_forms(run_cli: CliRun) -> None:
+    for value, seconds in (("90", 90), ("90s", 90), ("2m", 120), ("30d", 30 * 86400)):
+        code, out, _ = run_cli("prune", "--older-than", value, "--json")
+        assert code == 0 and json.loads(out)["older_than"] == seconds

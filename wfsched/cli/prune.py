@@ -8,7 +8,8 @@ import click
 
 from wfsched.cli import CliState, pass_state
 from wfsched.cli.output import print_json, say
-from wfsched.errors import OperationError, UsageError
+from wfsched.cli.params import Duration
+from wfsched.errors import OperationError
 
 if TYPE_CHECKING:
     from wfsched.retention import PruneReport
@@ -21,13 +22,14 @@ SHOWN_RUN_IDS = 20
     "--older-than",
     "older_than",
     required=True,
+    type=Duration(fractions=False),
     metavar="DURATION",
     help="Age bound: seconds or <n>s|m|h|d, e.g. 30d.",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be removed; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_state
-def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> None:
+def prune(state: CliState, older_than: float, dry_run: bool, as_json: bool) -> None:
     """Remove finished runs (rows, attempts, run directories) and ledger rows
     older than DURATION.
 
@@ -39,14 +41,7 @@ def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> Non
     """
     from wfsched.retention import PruneReport
     from wfsched.retention import prune as prune_store
-    from wfsched.timeutil import parse_duration
-
-    text = older_than.strip()
-    try:
-        # isascii: "²".isdigit() is true, and int() would refuse it.
-        seconds = parse_duration(int(text) if text.isascii() and text.isdigit() else text)
-    except ValueError as exc:
-        raise UsageError(f"--older-than: {exc}") from None
+    seconds = int(older_than)
     store = state.read_store()
     if store is None:
         # Nothing to prune, and a prune must not create a store to say so.

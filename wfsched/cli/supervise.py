@@ -10,6 +10,7 @@ import click
 
 from wfsched import early_stop
 from wfsched.cli import CliState, pass_state
+from wfsched.cli.params import Duration
 
 if TYPE_CHECKING:
     from wfsched.eventlog import EventLog
@@ -19,10 +20,18 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option("--poll-interval", type=float, help="Seconds between polls when nothing is due. [1]")
+@click.option(
+    "--poll-interval",
+    type=Duration(),
+    metavar="DURATION",
+    help="Time between polls when nothing is due: seconds or <n>s|m|h|d. [1s]",
+)
 @click.option("--max-concurrent-runs", type=int, help="Scheduled runs executing at once. [4]")
 @click.option(
-    "--drain-grace", type=float, help="Seconds SIGTERM waits for runs before cancelling. [30]"
+    "--drain-grace",
+    type=Duration(),
+    metavar="DURATION",
+    help="How long SIGTERM waits for runs before cancelling: seconds or <n>s|m|h|d. [30s]",
 )
 @click.option(
     "--apply",
