@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CliRun, definition_text
+from conftest import CliRun
 
 ONE_SHOT = """\
 id = "once"
@@ -99,9 +99,7 @@ def test_listing_reads_of_a_missing_store_answer_as_an_empty_store(
     assert not store_path.exists()
 
 
-@pytest.mark.parametrize(
-    "args", [("list",), ("runs",), ("runs", "list"), ("audit",), ("status",)]
-)
+@pytest.mark.parametrize("args", [("list",), ("runs",), ("runs", "list"), ("audit",), ("status",)])
 def test_human_reads_of_a_missing_store_exit_0_with_a_note(
     run_cli: CliRun, store_path: Path, args: tuple[str, ...]
 ) -> None:

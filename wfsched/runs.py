@@ -16,10 +16,13 @@ from wfsched.paging import decode_cursor, encode_cursor
 from wfsched.rundirs import NO_RESUME_INPUT, RunDir
 from wfsched.store import RequestRow, RunRow, Store, parse_run_id
 from wfsched.timeutil import Clock, wall_clock
-from wfsched.views import run_view
+from wfsched.views import notification_view, run_view
 
 RUN_STATES = ("admitted", "running", "interrupted", "completed", "failed")
 MAX_PAGE = 100
+STDERR_TAIL_LINES = 10
+TAIL_BYTES = 64 * 1024
+"""How much of the end of a log `runs show` reads to find its last lines."""
 
 
 def check_list_arguments(*, status: str | None, limit: int, cursor: str | None) -> int | None:
@@ -44,8 +47,22 @@ class Runs:
         return run
 
     def show(self, text: str) -> dict[str, Any]:
-        run = self.run(text)
-        return run_view(run, self.store.attempts(run.seq))
+        """The run view plus what an operator needs after a failure: the run
+        directory, the last lines of the latest attempt's stderr, and each
+        failure hook's outcome."""
+        with self.store.snapshot():
+            run = self.run(text)
+            view = run_view(run, self.store.attempts(run.seq))
+            hooks = self.store.run_notifications(run.seq)
+        directory = RunDir(self.store.runs_dir, run.run_id)
+        view["run_dir"] = str(directory.path)
+        view["stderr_tail"] = (
+            _tail(directory.log_path(run.attempt, "stderr"), STDERR_TAIL_LINES)
+            if run.attempt
+            else []
+        )
+        view["failure_hooks"] = [notification_view(hook) for hook in hooks]
+        return view
 
     def list(
         self,
@@ -127,3 +144,17 @@ class Runs:
             if request.state != "pending" or time.monotonic() >= deadline:
                 return request
             time.sleep(0.05)
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log (decoded leniently); [] when absent."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    return text.splitlines()[-lines:]

@@ -234,8 +234,11 @@ class Supervisor:
         self.observer = observer or Observer()
         """Told of every committed fact (the metrics); a no-op by default."""
         self.admin = Admin(store, clock)
-        self.hooks = FailureHooks(control, self.log, config.on_failure, _PRIVATE_ENV)
+        self.hooks = FailureHooks(
+            control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
+        )
         self.launcher = LauncherHealth(since=clock())
+        self._rejections: list[tuple[ScheduleRow, Definition, int, str]] = []
         self.watches: dict[int, Watch] = {}
         self._pids: dict[int, int] = {}
         self._reaped: set[int] = set()
@@ -461,6 +464,7 @@ class Supervisor:
         instant_now = int(now)
         late_reason = "store-unavailable" if self._admission_failed else "late"
         self._admission_failed = True  # until this decision commits
+        self._rejections = []
         with self.store.atomic():
             rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
             if rows:
@@ -487,6 +491,7 @@ class Supervisor:
             return  # the idle tick: one indexed query, nothing more
         if admitted:
             self.fault("after-admission-commit")
+        self._notify_rejections()
         # A burst launches a chunk per tick: the first jobs start at once and
         # the loop keeps ingesting exits and requests between chunks. A failed
         # launch is the launch phase's: the admissions stand, launched later.
@@ -579,6 +584,8 @@ class Supervisor:
             self.log(
                 "preflight-rejected", schedule=row.id, at=format_instant(instant), reason=reason
             )
+            # Alerted after the commit: a rejected start is a failure too.
+            self._rejections.append((row, defn, instant, reason))
             return None
         seq = self.store.insert_run(
             row.id, "scheduled", instant, row.revision, _invocation(defn, document), now
@@ -1163,9 +1170,33 @@ class Supervisor:
                 exit_code=exit_code,
                 run_dir=RunDir(self.store.runs_dir, run.run_id).path,
                 record_dir=record_dir(self.store.root, run.run_id, f"notify-{attempt}"),
+                run_seq=run.seq,
+                scheduled_epoch=run.scheduled_at,
             ),
             argv,
         )
+
+    def _notify_rejections(self) -> None:
+        rejections, self._rejections = self._rejections, []
+        for row, defn, instant, reason in rejections:
+            occurrence = occurrence_id(row.id, instant)
+            self.hooks.fire(
+                RunFacts(
+                    run_id="",
+                    schedule_id=row.id,
+                    occurrence_id=occurrence,
+                    scheduled_at=format_instant(instant) or "",
+                    attempt=0,
+                    state="preflight-rejected",
+                    reason=reason,
+                    exit_code=None,
+                    run_dir=None,
+                    record_dir=record_dir(self.store.root, "notify", occurrence),
+                    scheduled_epoch=instant,
+                    hook_dir=self.store.root / "notify" / occurrence,
+                ),
+                defn.on_failure,
+            )
 
     # -- requests from the CLI ------------------------------------------------------
 
@@ -1297,6 +1328,7 @@ class Supervisor:
         Nothing found on disk can stop it: a run whose records cannot be
         examined fails closed and blocks its schedule, and the rest recovers.
         """
+        self.hooks.recover()
         for run in self.store.unfinished_runs():
             if run.kind == "scheduled" and self.store.occurrence_for_run(run.seq) is None:
                 self.block(run.schedule_id, f"{run.run_id} has no admission record")

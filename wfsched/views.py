@@ -12,6 +12,7 @@ from typing import Any
 
 from wfsched.errors import StoreError
 from wfsched.store import AttemptRow, OccurrenceRow, RunRow, ScheduleRow, run_id
+from wfsched.store.rows import NotificationRow, RejectionRow
 from wfsched.timeutil import format_event, format_instant, occurrence_id, parse_instant
 
 
@@ -105,6 +106,27 @@ def _written_offset(written: str) -> str | None:
         return None
     offset = match.group(3).upper()
     return "UTC" if offset in ("Z", "+00:00", "-00:00") else offset
+
+
+def rejection_view(row: RejectionRow | None) -> dict[str, Any] | None:
+    """A standing preflight rejection: the newest rejected instant and why.
+
+    It stands until a run of the schedule admitted after it completes.
+    """
+    if row is None:
+        return None
+    return {"scheduled_at": format_instant(row.scheduled_at), "reason": row.reason}
+
+
+def notification_view(row: NotificationRow) -> dict[str, Any]:
+    """One failure hook's outcome: `running`, `succeeded` or `failed`."""
+    return {
+        "attempt": row.attempt,
+        "state": row.state,
+        "reason": row.reason,
+        "started_at": format_event(row.started_at),
+        "finished_at": format_event(row.finished_at),
+    }
 
 
 def occurrence_view(row: OccurrenceRow) -> dict[str, Any]:

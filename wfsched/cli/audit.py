@@ -22,10 +22,8 @@ def audit(state: CliState, as_json: bool) -> None:
     """
     from wfsched.audit import audit_path, empty_report
 
-    if state.store_missing():
-        report = empty_report()
-    else:
-        report = audit_path(state.resolved_store_path())
+    missing = state.store_missing()
+    report = empty_report() if missing else audit_path(state.resolved_store_path())
     if as_json:
         print_json(report)
     else:

@@ -16,6 +16,7 @@ import click
 
 from wfsched import __version__, early_stop
 from wfsched.cli import CliState, audit, prune, runs, schedules, supervise
+from wfsched.cli.output import printable
 from wfsched.errors import WfschedError
 
 PROG = "wfsched"
@@ -23,7 +24,8 @@ PROG = "wfsched"
 
 def _error(message: str) -> None:
     # Multi-line messages would break "one line per error"; fold them.
-    click.echo(f"{PROG}: error: {' '.join(str(message).split())}", err=True)
+    # Control characters from operator text (an id, a path) are escaped.
+    click.echo(f"{PROG}: error: {printable(' '.join(str(message).split()))}", err=True)
 
 
 class WfschedGroup(click.Group):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -27,8 +28,36 @@ def print_json(obj: Any) -> None:
 
 
 def say(message: str) -> None:
-    """One plain line on stdout (confirmations such as `created x (revision 1)`)."""
-    click.echo(message)
+    """One plain line on stdout (confirmations such as `created x (revision 1)`).
+
+    Operator text in it (reasons, descriptions) is escaped: see `printable`.
+    """
+    click.echo(printable(message))
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_BIDI = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
+def printable(value: str) -> str:
+    """`value` with control characters escaped (`\\x1b`, `\\n`, `\\u202e`).
+
+    Descriptions, commands, reasons and notes are written by operators and
+    by jobs; printed raw, an escape sequence could rewrite the terminal
+    (hide a line, fake a state, set the title). JSON output stays exact.
+    """
+    if value.isprintable():
+        return value
+    out = []
+    for char in value:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char in _BIDI or unicodedata.category(char) == "Cc":
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def still_blocked(schedule_id: str, reason: str) -> None:
@@ -57,7 +86,7 @@ def add_row(grid: Table, *cells: Any) -> None:
     """Cells as plain text: a command like `["a", "[b]"]` is not rich markup."""
     from rich.text import Text
 
-    grid.add_row(*(Text(text(cell)) for cell in cells))
+    grid.add_row(*(Text(printable(text(cell))) for cell in cells))
 
 
 def show(console: Console, renderable: Any) -> None:

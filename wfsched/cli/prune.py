@@ -41,6 +41,7 @@ def prune(state: CliState, older_than: float, dry_run: bool, as_json: bool) -> N
     """
     from wfsched.retention import PruneReport
     from wfsched.retention import prune as prune_store
+
     seconds = int(older_than)
     store = state.read_store()
     if store is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from wfsched.cli import CliState, output, pass_state
+from wfsched.cli.complete import schedule_argument
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
@@ -24,28 +25,8 @@ if TYPE_CHECKING:
 DEFAULT_PAGE = 20
 
 
-def _complete_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-    """Schedule ids from the store for shell completion; silent on any failure."""
-    from click.shell_completion import CompletionItem
-
-    state = CliState(store_option=ctx.find_root().params.get("store"))
-    try:
-        store = state.store(create=False)
-        if store is None:
-            return []
-        try:
-            ids = [row.id for row in store.list_schedules(include_deleted=True)]
-        finally:
-            store.close()
-    except Exception:
-        return []
-    return [
-        CompletionItem(schedule_id) for schedule_id in ids if schedule_id.startswith(incomplete)
-    ]
-
-
 def _id_argument() -> Any:
-    return click.argument("schedule_id", metavar="ID", shell_complete=_complete_ids)
+    return schedule_argument()
 
 
 _json_option = click.option(
@@ -196,6 +177,12 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
         ("description", view["description"]),
         ("state", view["state"]),
         ("blocked reason", view["blocked_reason"]),
+        (
+            "preflight-rejected",
+            _rejection_line(view["id"], view["preflight_rejected"])
+            if view.get("preflight_rejected")
+            else None,
+        ),
         ("revision", view["revision"]),
         ("trigger", output.trigger_text(view["trigger"])),
         ("zone", output.zone_label(view)),
@@ -222,7 +209,13 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
     grid = output.table("field", "value")
     grid.show_header = False
     for name, value in fields:
-        if value is None and name in ("blocked reason", "pending", "deleted", "description"):
+        if value is None and name in (
+            "blocked reason",
+            "preflight-rejected",
+            "pending",
+            "deleted",
+            "description",
+        ):
             continue
         output.add_row(grid, name, value)
     output.show(state.get_console(), grid)
@@ -263,7 +256,9 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
         output.add_row(
             grid,
             view["id"],
-            view["state"],
+            f"{view['state']}, preflight-rejected"
+            if view.get("preflight_rejected")
+            else view["state"],
             output.trigger_text(view["trigger"]),
             output.zone_label(view),
             output.utc_text(view["next_due"]),
@@ -276,6 +271,16 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
     for view in items:
         if view["blocked_reason"]:
             output.say(f"blocked {view['id']}: {view['blocked_reason']}")
+    for view in items:
+        if view.get("preflight_rejected"):
+            output.say(_rejection_line(view["id"], view["preflight_rejected"]))
+
+
+def _rejection_line(schedule_id: str, rejection: dict[str, Any]) -> str:
+    return (
+        f"preflight-rejected {schedule_id} at {rejection['scheduled_at']}: {rejection['reason']}"
+        " (a failure until a later run succeeds)"
+    )
 
 
 # -------------------------------------------------------------------- update
@@ -564,9 +569,12 @@ def status(state: CliState, as_json: bool) -> None:
             "launcher",
             f"DOWN since {launcher['since']}: {launcher['last_error']}; runs wait, retrying",
         )
+    output.add_row(grid, "preflight-rejected", len(info["preflight_rejected"]))
     output.show(state.get_console(), grid)
     for blocked in info["blocked"]:
         output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")
+    for rejection in info["preflight_rejected"]:
+        output.say(_rejection_line(rejection["schedule_id"], rejection))
 
 
 def _errors_line(errors: dict[str, Any]) -> str:

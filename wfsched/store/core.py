@@ -20,6 +20,7 @@ from wfsched.errors import StoreError
 from wfsched.store import migrations
 from wfsched.store.audit import AuditQueries
 from wfsched.store.metrics import MetricsQueries
+from wfsched.store.operator import OperatorQueries
 from wfsched.store.retention import RetentionQueries
 from wfsched.store.rows import (
     AttemptRow,
@@ -88,7 +89,7 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class Store(AuditQueries, RetentionQueries, MetricsQueries):
+class Store(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
     Query groups for `audit` and retention live in their own modules as

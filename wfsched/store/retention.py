@@ -179,6 +179,11 @@ class RetentionQueries:
         for start in range(0, len(run_seqs), 500):
             chunk = list(run_seqs[start : start + 500])
             marks = _marks(chunk)
+            self._conn.execute(
+                f"DELETE FROM notifications WHERE run_seq IN (SELECT seq FROM runs"
+                f" WHERE seq IN ({marks}) AND state IN {_FINISHED})",
+                chunk,
+            )
             attempts += self._conn.execute(
                 f"DELETE FROM attempts WHERE run_seq IN (SELECT seq FROM runs"
                 f" WHERE seq IN ({marks}) AND state IN {_FINISHED})",
