@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import CliRun
 
+from tests.test_supervisor_loop import T0, Harness
+from wfsched.definition import parse_definition
+
 ONE_SHOT = """\
 id = "once"
 
@@ -180,3 +183,194 @@ def test_prune_older_than_takes_the_same_forms(run_cli: CliRun) -> None:
     for value, seconds in (("90", 90), ("90s", 90), ("2m", 120), ("30d", 30 * 86400)):
         code, out, _ = run_cli("prune", "--older-than", value, "--json")
         assert code == 0 and json.loads(out)["older_than"] == seconds
+
+
+# ------------------------------------------- preflight rejection is a failure
+
+
+def _cli_harness(store_path: Path) -> Harness:
+    """The semantic harness (fake launcher, injected clock) on the CLI's store."""
+    return Harness(store_path)
+
+
+MISSING_BIN = '[run]\ncommand = ["/nonexistent/wfsched-missing-tool"]\n'
+
+
+def _define_missing(h: Harness, schedule_id: str = "gone", hook: str = "") -> None:
+    text = (
+        f'id = "{schedule_id}"\n[trigger]\ncron = "0 * * * *"\n'
+        + MISSING_BIN
+        + (f"[notify]\non_failure = {hook}\n" if hook else "")
+    )
+    h.admin.create(parse_definition(text, f"{schedule_id}.toml", now=int(h.clock())))
+
+
+def test_preflight_rejection_fires_the_failure_hook_and_records_its_outcome(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path / "store")
+    _define_missing(h, hook='["alert", "--now"]')
+    h.tick_at(T0)
+    spec, _ = h.control.spec("gone@20261201T090000Z-notify")
+    assert spec.argv == ("alert", "--now")
+    assert spec.env["WFSCHED_RUN_STATE"] == "preflight-rejected"
+    assert spec.env["WFSCHED_RUN_ID"] == "" and spec.env["WFSCHED_RUN_DIR"] == ""
+    assert spec.env["WFSCHED_OCCURRENCE_ID"] == "gone@20261201T090000Z"
+    assert "wfsched-missing-tool" in spec.env["WFSCHED_REASON"]
+    assert Path(spec.attempt_dir).is_dir()
+    assert "runs" not in Path(spec.attempt_dir).parts  # audit checks runs/ against the db
+    h.control.finish("gone@20261201T090000Z-notify", exit_code=0)
+    h.tick_at(T0 + 1)
+    assert ("notified", {"run": "gone@20261201T090000Z"}) in h.events
+    with h.store.snapshot():
+        rows = h.store._conn.execute("SELECT state, run_seq FROM notifications").fetchall()
+    assert rows == [("succeeded", None)]
+
+
+def test_config_default_hook_fires_for_a_preflight_rejection(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "store", on_failure=("fallback",))
+    _define_missing(h)
+    h.tick_at(T0)
+    assert h.control.spec("gone@20261201T090000Z-notify")[0].argv == ("fallback",)
+
+
+def test_run_failure_hook_outcome_is_recorded_and_shown(
+    store_path: Path, run_cli: CliRun
+) -> None:
+    h = _cli_harness(store_path)
+    h.define("a", '[notify]\non_failure = ["alert"]\n', cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=3, reason="exited with status 3")
+    h.tick_at(T0 + 1)
+    h.control.finish("run-000001-notify", exit_code=1, reason="exited with status 1")
+    h.tick_at(T0 + 2)
+    view = json.loads(run_cli("runs", "show", "run-000001", "--json")[1])
+    assert view["run_dir"] == str(store_path.resolve() / "runs" / "run-000001")
+    assert [(hook["attempt"], hook["state"], hook["reason"]) for hook in view["failure_hooks"]] == [
+        (1, "failed", "exited with status 1")
+    ]
+    code, out, _ = run_cli("runs", "show", "run-000001")
+    assert code == 0
+    assert "run_dir" in out and "attempt 1: failed (exited with status 1)" in out
+
+
+def test_a_hook_left_running_by_a_dead_supervisor_is_recorded_as_not_rerun(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path / "store")
+    h.define("a", '[notify]\non_failure = ["alert"]\n', cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=3)
+    h.tick_at(T0 + 1)
+    h.supervisor = h.new_supervisor()  # the first one died with the hook in flight
+    h.supervisor.recover()
+    view = h.runs.show("run-000001")
+    assert view["failure_hooks"][0]["state"] == "failed"
+    assert "not re-run" in view["failure_hooks"][0]["reason"]
+
+
+def test_list_status_and_get_flag_a_preflight_rejection_until_a_run_succeeds(
+    store_path: Path, run_cli: CliRun
+) -> None:
+    h = _cli_harness(store_path)
+    tool = store_path.parent / "tool"
+    _define_missing(h)
+    h.define("fine", cron="0 * * * *")
+    text = (
+        'id = "gone"\n[trigger]\ncron = "0 * * * *"\n'
+        f'[run]\ncommand = ["{tool}"]\n'
+    )
+    h.tick_at(T0)
+    listed = {item["id"]: item for item in json.loads(run_cli("list", "--json")[1])["items"]}
+    rejection = listed["gone"]["preflight_rejected"]
+    assert rejection["scheduled_at"] == "2026-12-01T09:00:00Z"
+    assert "wfsched-missing-tool" in rejection["reason"]
+    assert listed["fine"]["preflight_rejected"] is None
+    status = json.loads(run_cli("status", "--json")[1])
+    assert [item["schedule_id"] for item in status["preflight_rejected"]] == ["gone"]
+    assert "wfsched-missing-tool" in status["preflight_rejected"][0]["reason"]
+    code, out, _ = run_cli("list")
+    assert "active, preflight-rejected" in out
+    assert "preflight-rejected gone at 2026-12-01T09:00:00Z" in out
+    code, out, _ = run_cli("status")
+    assert "preflight-rejected gone at 2026-12-01T09:00:00Z" in out
+    assert "preflight-rejected" in run_cli("get", "gone")[1]
+    assert json.loads(run_cli("get", "gone", "--json")[1])["preflight_rejected"] is not None
+
+    # The operator installs the tool; the flag stays until a run succeeds.
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    h.admin.update(parse_definition(text, "gone.toml", now=int(h.clock())), 1)
+    h.tick_at(T0 + 3600)
+    assert json.loads(run_cli("status", "--json")[1])["preflight_rejected"] != []
+    (gone_run,) = [item["run_id"] for item in h.runs.list(schedule_id="gone")[0]]
+    h.control.finish(gone_run, exit_code=0)
+    h.tick_at(T0 + 3601)
+    assert json.loads(run_cli("status", "--json")[1])["preflight_rejected"] == []
+    listed = {item["id"]: item for item in json.loads(run_cli("list", "--json")[1])["items"]}
+    assert listed["gone"]["preflight_rejected"] is None
+    assert "preflight-rejected" not in run_cli("list")[1]
+
+
+# ------------------------------------------------------------ runs logs/show
+
+
+def _failed_run_with_output(h: Harness, stdout: bytes, stderr: bytes) -> None:
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    spec, _ = h.control.spec("run-000001")
+    (Path(spec.attempt_dir) / "stdout.log").write_bytes(stdout)
+    (Path(spec.attempt_dir) / "stderr.log").write_bytes(stderr)
+    h.control.finish("run-000001", exit_code=2, reason="exited with status 2")
+    h.tick_at(T0 + 1)
+
+
+def test_runs_logs_without_a_stream_shows_both_labelled(
+    store_path: Path, run_cli: CliRun
+) -> None:
+    h = _cli_harness(store_path)
+    _failed_run_with_output(h, b"", b"boom: no such table\n")
+    code, out, _ = run_cli("runs", "logs", "run-000001")
+    assert code == 0
+    assert out == "==> stdout (0 bytes) <==\n==> stderr (20 bytes) <==\nboom: no such table\n"
+    assert run_cli("runs", "logs", "run-000001", "--stderr")[1] == "boom: no such table\n"
+    assert run_cli("runs", "logs", "run-000001", "--stdout")[1] == ""
+
+
+def test_runs_logs_with_empty_stderr_prints_stdout_as_is(
+    store_path: Path, run_cli: CliRun
+) -> None:
+    h = _cli_harness(store_path)
+    _failed_run_with_output(h, b"partial", b"")
+    assert run_cli("runs", "logs", "run-000001")[:2] == (0, "partial")
+
+
+def test_runs_logs_of_a_silent_run_says_so(store_path: Path, run_cli: CliRun) -> None:
+    h = _cli_harness(store_path)
+    _failed_run_with_output(h, b"", b"")
+    code, out, err = run_cli("runs", "logs", "run-000001")
+    assert (code, out) == (0, "") and "wrote nothing to stdout or stderr" in err
+
+
+def test_runs_logs_refuses_both_stream_flags(store_path: Path, run_cli: CliRun) -> None:
+    h = _cli_harness(store_path)
+    _failed_run_with_output(h, b"x", b"y")
+    code, _, err = run_cli("runs", "logs", "run-000001", "--stdout", "--stderr")
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_runs_show_has_the_run_dir_and_the_last_lines_of_stderr(
+    store_path: Path, run_cli: CliRun
+) -> None:
+    h = _cli_harness(store_path)
+    lines = "".join(f"line {n}\n" for n in range(30))
+    _failed_run_with_output(h, b"", lines.encode())
+    view = json.loads(run_cli("runs", "show", "run-000001", "--json")[1])
+    assert view["stderr_tail"] == [f"line {n}" for n in range(20, 30)]
+    assert view["failure_hooks"] == []
+    code, out, _ = run_cli("runs", "show", "run-000001")
+    assert code == 0
+    assert "last lines of stderr (attempt 1):" in out and "  line 29" in out
+    assert "line 19" not in out
+    assert str(store_path.resolve() / "runs" / "run-000001") in out
+    assert "none ran" in out
