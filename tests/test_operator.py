@@ -292,7 +292,7 @@ def test_list_status_and_get_flag_a_preflight_rejection_until_a_run_succeeds(
     code, out, _ = run_cli("list")
     assert "active, preflight-rejected" in out
     assert "preflight-rejected gone at 2026-12-01T09:00:00Z" in out
-    code, out, _ = run_cli("status")
+    _code, out, _ = run_cli("status")
     assert "preflight-rejected gone at 2026-12-01T09:00:00Z" in out
     assert "preflight-rejected" in run_cli("get", "gone")[1]
     assert json.loads(run_cli("get", "gone", "--json")[1])["preflight_rejected"] is not None
