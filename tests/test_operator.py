@@ -234,9 +234,7 @@ def test_config_default_hook_fires_for_a_preflight_rejection(tmp_path: Path) -> 
     assert h.control.spec("gone@20261201T090000Z-notify")[0].argv == ("fallback",)
 
 
-def test_run_failure_hook_outcome_is_recorded_and_shown(
-    store_path: Path, run_cli: CliRun
-) -> None:
+def test_run_failure_hook_outcome_is_recorded_and_shown(store_path: Path, run_cli: CliRun) -> None:
     h = _cli_harness(store_path)
     h.define("a", '[notify]\non_failure = ["alert"]\n', cron="0 * * * *")
     h.tick_at(T0)
@@ -276,10 +274,7 @@ def test_list_status_and_get_flag_a_preflight_rejection_until_a_run_succeeds(
     tool = store_path.parent / "tool"
     _define_missing(h)
     h.define("fine", cron="0 * * * *")
-    text = (
-        'id = "gone"\n[trigger]\ncron = "0 * * * *"\n'
-        f'[run]\ncommand = ["{tool}"]\n'
-    )
+    text = f'id = "gone"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["{tool}"]\n'
     h.tick_at(T0)
     listed = {item["id"]: item for item in json.loads(run_cli("list", "--json")[1])["items"]}
     rejection = listed["gone"]["preflight_rejected"]
@@ -289,7 +284,7 @@ def test_list_status_and_get_flag_a_preflight_rejection_until_a_run_succeeds(
     status = json.loads(run_cli("status", "--json")[1])
     assert [item["schedule_id"] for item in status["preflight_rejected"]] == ["gone"]
     assert "wfsched-missing-tool" in status["preflight_rejected"][0]["reason"]
-    code, out, _ = run_cli("list")
+    _code, out, _ = run_cli("list")
     assert "active, preflight-rejected" in out
     assert "preflight-rejected gone at 2026-12-01T09:00:00Z" in out
     _code, out, _ = run_cli("status")
@@ -325,9 +320,7 @@ def _failed_run_with_output(h: Harness, stdout: bytes, stderr: bytes) -> None:
     h.tick_at(T0 + 1)
 
 
-def test_runs_logs_without_a_stream_shows_both_labelled(
-    store_path: Path, run_cli: CliRun
-) -> None:
+def test_runs_logs_without_a_stream_shows_both_labelled(store_path: Path, run_cli: CliRun) -> None:
     h = _cli_harness(store_path)
     _failed_run_with_output(h, b"", b"boom: no such table\n")
     code, out, _ = run_cli("runs", "logs", "run-000001")
@@ -337,9 +330,7 @@ def test_runs_logs_without_a_stream_shows_both_labelled(
     assert run_cli("runs", "logs", "run-000001", "--stdout")[1] == ""
 
 
-def test_runs_logs_with_empty_stderr_prints_stdout_as_is(
-    store_path: Path, run_cli: CliRun
-) -> None:
+def test_runs_logs_with_empty_stderr_prints_stdout_as_is(store_path: Path, run_cli: CliRun) -> None:
     h = _cli_harness(store_path)
     _failed_run_with_output(h, b"partial", b"")
     assert run_cli("runs", "logs", "run-000001")[:2] == (0, "partial")

@@ -201,6 +201,17 @@ class LauncherHealth:
 
 
 @dataclass
+class Rejection:
+    """A preflight-rejected occurrence whose failure hook is owed."""
+
+    schedule_id: str
+    on_failure: tuple[str, ...] | None
+    instant: int
+    reason: str
+    tries: int = 0
+
+
+@dataclass
 class Notice:
     """A failure hook owed for a run whose end is already committed."""
 
@@ -238,7 +249,10 @@ class Supervisor:
             control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
         )
         self.launcher = LauncherHealth(since=clock())
-        self._rejections: list[tuple[ScheduleRow, Definition, int, str]] = []
+        self._rejections: list[Rejection] = []
+        """Preflight rejections of the admission being decided (not committed)."""
+        self._rejected: list[Rejection] = []
+        """Committed preflight rejections whose failure hook is owed."""
         self.watches: dict[int, Watch] = {}
         self._pids: dict[int, int] = {}
         self._reaped: set[int] = set()
@@ -393,6 +407,7 @@ class Supervisor:
             self._phase("launch", self._launch_phase)
             self._phase("admission", self.admit_due, now)
         self._phase("notification", self.notify_failures)
+        self._phase("notification", self.notify_rejections)
         if not self.draining:
             self._phase("retention", self.retain, now)
         self._phase("liveness", self._stamp)
@@ -487,11 +502,12 @@ class Supervisor:
                 if admitted:
                     self.fault("before-admission-commit")
         self._admission_failed = False
+        self._rejected.extend(self._rejections)  # committed: their hooks are owed
+        self._rejections = []
         if not rows:
             return  # the idle tick: one indexed query, nothing more
         if admitted:
             self.fault("after-admission-commit")
-        self._notify_rejections()
         # A burst launches a chunk per tick: the first jobs start at once and
         # the loop keeps ingesting exits and requests between chunks. A failed
         # launch is the launch phase's: the admissions stand, launched later.
@@ -585,7 +601,7 @@ class Supervisor:
                 "preflight-rejected", schedule=row.id, at=format_instant(instant), reason=reason
             )
             # Alerted after the commit: a rejected start is a failure too.
-            self._rejections.append((row, defn, instant, reason))
+            self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
         seq = self.store.insert_run(
             row.id, "scheduled", instant, row.revision, _invocation(defn, document), now
@@ -1176,27 +1192,42 @@ class Supervisor:
             argv,
         )
 
-    def _notify_rejections(self) -> None:
-        rejections, self._rejections = self._rejections, []
-        for row, defn, instant, reason in rejections:
-            occurrence = occurrence_id(row.id, instant)
-            self.hooks.fire(
-                RunFacts(
-                    run_id="",
-                    schedule_id=row.id,
-                    occurrence_id=occurrence,
-                    scheduled_at=format_instant(instant) or "",
-                    attempt=0,
-                    state="preflight-rejected",
-                    reason=reason,
-                    exit_code=None,
-                    run_dir=None,
-                    record_dir=record_dir(self.store.root, "notify", occurrence),
-                    scheduled_epoch=instant,
-                    hook_dir=self.store.root / "notify" / occurrence,
-                ),
-                defn.on_failure,
-            )
+    def notify_rejections(self) -> None:
+        """Fire the hooks owed for committed preflight rejections (a rejected
+        start is a failure to the operator); retried like `notify_failures`."""
+        while self._rejected:
+            rejection = self._rejected.pop(0)
+            occurrence = occurrence_id(rejection.schedule_id, rejection.instant)
+            self._focus = {"schedule": rejection.schedule_id, "occurrence": occurrence}
+            try:
+                self.hooks.fire(
+                    RunFacts(
+                        run_id="",
+                        schedule_id=rejection.schedule_id,
+                        occurrence_id=occurrence,
+                        scheduled_at=format_instant(rejection.instant) or "",
+                        attempt=0,
+                        state="preflight-rejected",
+                        reason=rejection.reason,
+                        exit_code=None,
+                        run_dir=None,
+                        record_dir=record_dir(self.store.root, "notify", occurrence),
+                        scheduled_epoch=rejection.instant,
+                        hook_dir=self.store.root / "notify" / occurrence,
+                    ),
+                    rejection.on_failure,
+                )
+            except Exception as exc:
+                rejection.tries += 1
+                if rejection.tries < NOTIFY_TRIES:
+                    self._rejected.append(rejection)
+                else:
+                    self.log(
+                        "notify-failed",
+                        run=occurrence,
+                        reason=f"gave up after {NOTIFY_TRIES} tries: {describe(exc)}",
+                    )
+                raise
 
     # -- requests from the CLI ------------------------------------------------------
 
