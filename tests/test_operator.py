@@ -4,6 +4,7 @@ see, safer apply, paging hints, completions, escaped terminal output."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -365,3 +366,95 @@ def test_runs_show_has_the_run_dir_and_the_last_lines_of_stderr(
     assert "line 19" not in out
     assert str(store_path.resolve() / "runs" / "run-000001") in out
     assert "none ran" in out
+
+
+# ------------------------------------------------------------ paging hints
+
+
+def _follow_hint(run_cli: CliRun, out: str) -> list[str]:
+    hint = [line for line in out.splitlines() if line.startswith("next page: ")]
+    assert len(hint) == 1, out
+    words = shlex.split(hint[0].removeprefix("next page: "))
+    assert words[0] == "wfsched"
+    return words[1:]
+
+
+def _many_runs(store_path: Path) -> Harness:
+    """Runs of two schedules, interleaved, some failed: filters matter."""
+    h = _cli_harness(store_path)
+    h.define("a", cron="0 * * * *")
+    h.define("b", cron="0 * * * *")
+    for hour in range(6):
+        h.tick_at(T0 + hour * 3600)
+        for item in h.runs.list(status="running", limit=100)[0]:
+            failed = item["schedule_id"] == "a" and hour % 2 == 0
+            h.control.finish(item["run_id"], exit_code=1 if failed else 0)
+        h.tick_at(T0 + hour * 3600 + 1)
+    return h
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        ("runs", "--schedule", "a", "--status", "failed", "--limit", "1"),
+        ("runs", "--schedule", "b", "--limit", "2"),
+        ("runs", "list", "--status", "completed", "--limit", "3"),
+        ("runs", "--limit", "5"),
+    ],
+    ids=" ".join,
+)
+def test_the_runs_next_page_hint_reproduces_the_same_query(
+    store_path: Path, run_cli: CliRun, query: tuple[str, ...]
+) -> None:
+    _many_runs(store_path)
+    expected = json.loads(run_cli(*query, "--json")[1])
+    second = json.loads(run_cli(*query, "--json", "--page", expected["next_cursor"])[1])["items"]
+    assert second, "the query must have a second page"
+    code, out, _ = run_cli(*query)
+    assert code == 0
+    words = _follow_hint(run_cli, out)
+    code, out, _ = run_cli(*words, "--json")
+    assert code == 0
+    assert json.loads(out)["items"] == second
+
+
+def test_the_occurrences_next_page_hint_reproduces_the_same_query(
+    store_path: Path, run_cli: CliRun
+) -> None:
+    _many_runs(store_path)
+    query = ("occurrences", "a", "--limit", "2")
+    first = json.loads(run_cli(*query, "--json")[1])
+    second = json.loads(run_cli(*query, "--json", "--page", first["next_cursor"])[1])
+    words = _follow_hint(run_cli, run_cli(*query)[1])
+    assert json.loads(run_cli(*words, "--json")[1]) == second
+
+
+def test_a_next_page_hint_keeps_a_store_given_on_the_command_line(
+    store_path: Path, run_cli: CliRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _many_runs(store_path)
+    monkeypatch.setenv("WFSCHED_STORE", str(tmp_path / "elsewhere"))
+    words = _follow_hint(run_cli, run_cli("--store", str(store_path), "runs", "--limit", "1")[1])
+    assert words[:2] == ["--store", str(store_path)]
+    code, out, _ = run_cli(*words, "--json")
+    assert code == 0 and len(json.loads(out)["items"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("runs",), "no runs\n"),
+        (("runs", "--schedule", "a"), "no runs of a\n"),
+        (("runs", "--status", "failed", "--schedule", "a"), "no failed runs of a\n"),
+        (("list",), "no schedules\n"),
+        (("list", "--all"), "no schedules\n"),
+        (("occurrences", "a"), "no occurrences recorded for a yet\n"),
+    ],
+)
+def test_empty_human_listings_say_so(
+    store_path: Path, run_cli: CliRun, args: tuple[str, ...], said: str
+) -> None:
+    h = _cli_harness(store_path)
+    if args[0] != "list":
+        h.define("a", cron="0 * * * *")
+    assert run_cli(*args)[:2] == (0, said)

@@ -93,6 +93,24 @@ def show(console: Console, renderable: Any) -> None:
     console.print(renderable)
 
 
+def next_page(*words: str, options: dict[str, Any], cursor: str) -> None:
+    """Print the command for the next page: the same query (every filter and
+    the limit that were given, and `--store` when it was given on the
+    command line), plus `--page CURSOR`."""
+    import shlex
+
+    command = ["wfsched"]
+    root = click.get_current_context().find_root()
+    if root.get_parameter_source("store") is click.core.ParameterSource.COMMANDLINE:
+        command += ["--store", str(root.params["store"])]
+    command += words
+    for name, value in options.items():
+        if value is not None:
+            command += [name, str(value)]
+    command += ["--page", cursor]
+    say(f"next page: {shlex.join(command)}")
+
+
 # ------------------------------------------------------------------ times
 
 

@@ -18,6 +18,7 @@ from wfsched.cli.complete import run_argument, schedule_argument, schedule_ids
 from wfsched.cli.output import (
     add_row,
     local_text,
+    next_page,
     print_json,
     say,
     schedule_zone,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+DEFAULT_PAGE = 20
 ANSWER_WAIT = 5.0
 """Seconds a request waits for a running supervisor's answer (it polls every 1 s)."""
 
@@ -59,7 +61,11 @@ def _list_options(command: F) -> F:
                 "--status", metavar="STATE", help="admitted|running|interrupted|completed|failed"
             ),
             click.option(
-                "--limit", type=int, default=20, show_default=True, help="Rows per page (1..100)."
+                "--limit",
+                type=int,
+                default=DEFAULT_PAGE,
+                show_default=True,
+                help="Rows per page (1..100).",
             ),
             click.option(
                 "--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page."
@@ -119,6 +125,9 @@ def list_runs(
     if as_json:
         print_json({"items": items, "next_cursor": next_cursor})
         return
+    if not items:
+        say(_no_runs_text(schedule_id, status, cursor))
+        return
     zones = _Zones(state)
     grid = table(
         "run", "schedule", "kind", "state", "scheduled (UTC)", "scheduled (local)", "exit", "reason"
@@ -137,7 +146,23 @@ def list_runs(
         )
     show(state.get_console(), grid)
     if next_cursor:
-        say(f"next page: wfsched runs --page {next_cursor}")
+        next_page(
+            "runs",
+            options={
+                "--schedule": schedule_id,
+                "--status": status,
+                "--limit": limit if limit != DEFAULT_PAGE else None,
+            },
+            cursor=next_cursor,
+        )
+
+
+def _no_runs_text(schedule_id: str | None, status: str | None, cursor: str | None) -> str:
+    """`no runs`, `no failed runs of nightly`: an empty listing says so."""
+    text = f"no {status} runs" if status else "no runs"
+    if schedule_id:
+        text += f" of {schedule_id}"
+    return text + (" on this page" if cursor else "")
 
 
 @runs.command("show")

@@ -492,8 +492,12 @@ def occurrences(
             )
         output.show(state.get_console(), grid)
     if next_cursor is not None:
-        more = f" --limit {limit}" if limit != DEFAULT_PAGE else ""
-        output.say(f"next page: wfsched occurrences {schedule_id} --page {next_cursor}{more}")
+        output.next_page(
+            "occurrences",
+            schedule_id,
+            options={"--limit": limit if limit != DEFAULT_PAGE else None},
+            cursor=next_cursor,
+        )
 
 
 def _occurrence_cells(item: dict[str, Any], zone: Any) -> tuple[str, str, str]:
