@@ -113,7 +113,7 @@ def test_validate_reads_stdin(run_cli: CliRun, store_path: Path) -> None:
     assert not store_path.exists()
 
 
-def test_validate_stops_at_the_first_invalid_file(
+def test_validate_checks_every_file_past_an_invalid_one(
     run_cli: CliRun, make_definition: Callable[..., Path], write_toml, store_path: Path
 ) -> None:
     good = make_definition("good")
@@ -121,7 +121,7 @@ def test_validate_stops_at_the_first_invalid_file(
     later = make_definition("later")
     code, out, err = run_cli("validate", str(good), str(bad), str(later))
     assert code == 2
-    assert out == f"ok {good} (good)\n"
+    assert out == f"ok {good} (good)\nok {later} (later)\n"
     assert err.count("\n") == 1 and f"{bad}: trigger.cron:" in err
     assert not store_path.exists()
 

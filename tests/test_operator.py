@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CliRun
+from conftest import CliRun, definition_text
 
 from tests.test_supervisor_loop import T0, Harness
 from wfsched.definition import parse_definition
@@ -458,3 +458,56 @@ def test_empty_human_listings_say_so(
     if args[0] != "list":
         h.define("a", cron="0 * * * *")
     assert run_cli(*args)[:2] == (0, said)
+
+
+# ------------------------------------------------- every invalid file at once
+
+
+def test_validate_reports_every_invalid_file_in_one_pass(
+    run_cli: CliRun, make_definition: Callable[..., Path], write_toml, store_path: Path
+) -> None:
+    good = make_definition("good")
+    bad_cron = write_toml("bad1.toml", definition_text("bad1", cron="0 25 * * *"))
+    bad_zone = write_toml("bad2.toml", definition_text("bad2", timezone="Mars/Olympus"))
+    code, out, err = run_cli("validate", str(bad_cron), str(good), str(bad_zone))
+    assert code == 2
+    assert out == f"ok {good} (good)\n"
+    lines = err.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith(f"wfsched: error: {bad_cron}: trigger.cron:")
+    assert lines[1].startswith(f"wfsched: error: {bad_zone}: trigger.timezone:")
+    assert lines[2] == "wfsched: error: 2 of 3 definition files are invalid"
+    assert not store_path.exists()
+
+
+def test_apply_reports_every_invalid_file_and_writes_nothing(
+    run_cli: CliRun, make_definition: Callable[..., Path], write_toml, store_path: Path
+) -> None:
+    make_definition("fine")
+    write_toml("bad1.toml", definition_text("bad1", cron="0 25 * * *"))
+    write_toml("bad2.toml", definition_text("bad2", timezone="Mars/Olympus"))
+    write_toml("twin.toml", definition_text("fine"))
+    folder = store_path.parent / "defs"
+    code, out, err = run_cli("apply", str(folder))
+    assert (code, out) == (2, "")
+    lines = err.splitlines()
+    assert len(lines) == 4, err
+    assert "bad1.toml: trigger.cron:" in lines[0]
+    assert "bad2.toml: trigger.timezone:" in lines[1]
+    assert "twin.toml: id: 'fine' is also defined in" in lines[2]
+    assert lines[3] == ("wfsched: error: 3 of 4 definition files are invalid; nothing was written")
+    assert json.loads(run_cli("list", "--json")[1])["items"] == []
+
+
+def test_validate_warns_when_the_executable_is_not_on_path(
+    run_cli: CliRun, make_definition: Callable[..., Path], store_path: Path
+) -> None:
+    missing = make_definition("missing", command='["wfsched-no-such-tool-anywhere", "-x"]')
+    found = make_definition("found", command='["sh", "-c", "true"]')
+    code, out, err = run_cli("validate", str(missing), str(found))
+    assert code == 0
+    assert out == f"ok {missing} (missing)\nok {found} (found)\n"
+    assert err.count("\n") == 1
+    assert err.startswith(f"wfsched: warning: {missing}: run: executable")
+    assert "'wfsched-no-such-tool-anywhere' not found on PATH" in err
+    assert not store_path.exists()

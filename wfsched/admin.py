@@ -30,6 +30,7 @@ from wfsched.errors import (
     CalendarExhausted,
     ConflictError,
     DefinitionError,
+    DefinitionErrors,
     EndOfTime,
     UsageError,
     ZoneUnavailable,
@@ -226,13 +227,26 @@ class Admin(Reads):
             else:
                 raise UsageError(f"{given}: no such file or directory")
         wanted: dict[str, tuple[Definition, str]] = {}
+        errors: list[DefinitionError] = []
         for file in files:
-            defn = load_definition_file(file, now=now)
+            try:
+                defn = load_definition_file(file, now=now)
+            except DefinitionError as exc:
+                errors.append(exc)
+                continue
             if defn.id in wanted:
-                raise DefinitionError(
-                    str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                errors.append(
+                    DefinitionError(
+                        str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                    )
                 )
+                continue
             wanted[defn.id] = (defn, str(file))
+        # Every invalid file is reported in one pass; nothing is written.
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise DefinitionErrors(errors, len(files), "; nothing was written")
         return wanted
 
     # -- pause, resume, delete -------------------------------------------------------

@@ -17,7 +17,7 @@ import click
 from wfsched import __version__, early_stop
 from wfsched.cli import CliState, audit, prune, runs, schedules, supervise
 from wfsched.cli.output import printable
-from wfsched.errors import WfschedError
+from wfsched.errors import DefinitionErrors, WfschedError
 
 PROG = "wfsched"
 
@@ -64,7 +64,9 @@ class WfschedGroup(click.Group):
         except WfschedError as exc:
             if state.debug:
                 _print_traceback()
-            _error(str(exc))
+            # Several invalid files are one line each, then the summary.
+            for line in exc.lines() if isinstance(exc, DefinitionErrors) else [str(exc)]:
+                _error(line)
             return exc.exit_code
         except click.exceptions.NoArgsIsHelpError as exc:
             exc.show()

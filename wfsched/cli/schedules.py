@@ -59,14 +59,47 @@ def _next_due_text(view: dict[str, Any]) -> str:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @pass_state
 def validate(state: CliState, files: tuple[str, ...]) -> None:
-    """Check definition FILEs; write nothing.
+    """Check definition FILEs; write nothing. `-` reads stdin.
 
-    Prints `ok FILE (ID)` per valid file and stops with exit status 2 at the
-    first invalid one, naming the file and the key path. `-` reads stdin.
+    Prints `ok FILE (ID)` per valid file and one error line per invalid file
+    (naming the file and the key path), then exits 2 if any was invalid.
+    Warns, without failing, when a command's executable is not found on the
+    current PATH or its cwd does not exist here: the supervisor checks both
+    again when each run is admitted.
     """
+    from wfsched.errors import DefinitionErrors
+
+    errors: list[DefinitionError] = []
     for file in files:
-        defn = _load(state, file)
+        try:
+            defn = _load(state, file)
+        except DefinitionError as exc:
+            errors.append(exc)
+            continue
         output.say(f"ok {file} ({defn.id})")
+        _warn_unlaunchable(file, defn)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise DefinitionErrors(errors, len(files))
+
+
+def _warn_unlaunchable(file: str, defn: Definition) -> None:
+    """The admission preflight, run here as a warning: the host that runs
+    `validate` may not be the one that runs the job."""
+    import os
+
+    from wfsched.preflight import preflight
+
+    problem = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
+    if problem is not None:
+        click.echo(
+            output.printable(
+                f"wfsched: warning: {file}: run: {problem} here"
+                " (checked again when each run is admitted)"
+            ),
+            err=True,
+        )
 
 
 # -------------------------------------------------------------------- create
