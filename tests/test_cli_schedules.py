@@ -343,7 +343,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "created change (revision 1)",
         "created drop (revision 1)",
         "created keep (revision 1)",
-        "3 created, 0 updated, 0 unchanged, 0 deleted",
+        f"3 created, 0 updated, 0 unchanged, 0 deleted in store {store_path.resolve()}",
     ]
 
     make_definition("change", cron="30 * * * *")
@@ -354,7 +354,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "updated change (revision 2)",
         "created fresh (revision 1)",
         "unchanged keep (revision 1)",
-        "1 created, 1 updated, 1 unchanged, 0 deleted",
+        f"1 created, 1 updated, 1 unchanged, 0 deleted in store {store_path.resolve()}",
     ]
     assert rows(store_path)["drop"].deleted_at is None  # absent, but no --prune
 
@@ -365,7 +365,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "unchanged fresh (revision 1)",
         "unchanged keep (revision 1)",
         "deleted drop (revision 1)",
-        "0 created, 0 updated, 3 unchanged, 1 deleted",
+        f"0 created, 0 updated, 3 unchanged, 1 deleted in store {store_path.resolve()}",
     ]
     assert rows(store_path)["drop"].deleted_at is not None
 
@@ -380,7 +380,8 @@ def test_apply_dry_run_writes_nothing(
     assert out.splitlines() == [
         "created one (revision 1)",
         "created two (revision 1)",
-        "2 created, 0 updated, 0 unchanged, 0 deleted (dry run: nothing written)",
+        f"2 created, 0 updated, 0 unchanged, 0 deleted (dry run: nothing written to"
+        f" {store_path.resolve()})",
     ]
     assert not store_path.exists()
 
@@ -395,7 +396,8 @@ def test_apply_dry_run_writes_nothing(
         "updated one (revision 2)",
         "created three (revision 1)",
         "deleted two (revision 1)",
-        "1 created, 1 updated, 0 unchanged, 1 deleted (dry run: nothing written)",
+        f"1 created, 1 updated, 0 unchanged, 1 deleted (dry run: nothing written to"
+        f" {store_path.resolve()})",
     ]
     assert rows(store_path) == before
 

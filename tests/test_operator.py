@@ -511,3 +511,52 @@ def test_validate_warns_when_the_executable_is_not_on_path(
     assert err.startswith(f"wfsched: warning: {missing}: run: executable")
     assert "'wfsched-no-such-tool-anywhere' not found on PATH" in err
     assert not store_path.exists()
+
+
+# ------------------------------------------------------------- safer apply
+
+
+def test_apply_names_the_store_it_wrote_to(
+    run_cli: CliRun, make_definition: Callable[..., Path], store_path: Path
+) -> None:
+    folder = str(make_definition("one").parent)
+    out = run_cli("apply", folder)[1]
+    assert out.splitlines()[-1].endswith(f" in store {store_path.resolve()}")
+
+
+def test_apply_warns_when_it_replaces_a_revision_made_outside_the_folder(
+    run_cli: CliRun, make_definition: Callable[..., Path], write_toml, store_path: Path
+) -> None:
+    path = make_definition("nightly")
+    folder = str(path.parent)
+    assert run_cli("apply", folder)[0] == 0
+    # An operator hot-fixes the schedule with `update` (revision 2)...
+    hotfix = write_toml("nightly.toml", definition_text("nightly", cron="15 * * * *"), "elsewhere")
+    assert run_cli("update", str(hotfix), "--expected-revision", "1")[0] == 0
+    # ...and the folder, unchanged, is applied again: a dry run says what
+    # would happen, the real apply does it; both warn naming both revisions.
+    code, out, err = run_cli("apply", folder, "--dry-run")
+    assert code == 0 and "updated nightly (revision 3)" in out
+    assert err.count("\n") == 1
+    assert "wfsched: warning: nightly: apply would replace revision 2" in err
+    assert "after revision 1 was applied" in err
+    code, out, err = run_cli("apply", folder)
+    assert code == 0 and "updated nightly (revision 3)" in out
+    assert "wfsched: warning: nightly: apply replaced revision 2" in err
+    assert "after revision 1 was applied" in err and "with revision 3" in err
+    # Applied again with no outside change: no warning.
+    make_definition("nightly", cron="45 * * * *")
+    code, out, err = run_cli("apply", folder)
+    assert code == 0 and "updated nightly (revision 4)" in out and err == ""
+
+
+def test_apply_does_not_warn_for_its_own_changes_or_an_outside_no_op(
+    run_cli: CliRun, make_definition: Callable[..., Path], store_path: Path
+) -> None:
+    path = make_definition("steady")
+    folder = str(path.parent)
+    assert run_cli("apply", folder)[0] == 0
+    assert run_cli("update", str(path), "--expected-revision", "1")[0] == 0  # a no-op
+    make_definition("steady", cron="5 * * * *")
+    code, _, err = run_cli("apply", folder)
+    assert code == 0 and err == ""

@@ -60,6 +60,9 @@ class ApplyAction:
     source: str | None
     blocked_reason: str | None = None
     """An updated schedule's supervisor block, which the update keeps."""
+    outside: tuple[int, int] | None = None
+    """(revision last applied, revision replaced) when this apply replaces a
+    revision made outside the folder (by `edit` or `update`) since then."""
 
 
 class Admin(Reads):
@@ -185,25 +188,39 @@ class Admin(Reads):
         actions: list[ApplyAction] = []
         with self.store.atomic():
             existing = self.store.schedules_by_id(wanted)
+            applied = self.store.applied_revisions(wanted)
             for schedule_id, (defn, source) in sorted(wanted.items()):
                 row = existing.get(schedule_id)
                 if row is None:
                     actions.append(ApplyAction(schedule_id, "created", 1, source))
                     if not dry_run:
                         self._insert(defn, now)
+                        self.store.set_applied(schedule_id, 1, now)
                     continue
                 if row.deleted_at is not None:
                     raise ConflictError(f"{source}: id: {_taken(row)}")
                 if canonical_json(defn) == row.definition:
                     actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
+                    if not dry_run and applied.get(schedule_id) != row.revision:
+                        self.store.set_applied(schedule_id, row.revision, now)
                     continue
+                last = applied.get(schedule_id)
+                # A revision newer than the one the folder gave was made by
+                # `edit` or `update`; the folder wins, but not silently.
+                outside = (last, row.revision) if last is not None and last < row.revision else None
                 actions.append(
                     ApplyAction(
-                        schedule_id, "updated", row.revision + 1, source, row.blocked_reason
+                        schedule_id,
+                        "updated",
+                        row.revision + 1,
+                        source,
+                        blocked_reason=row.blocked_reason,
+                        outside=outside,
                     )
                 )
                 if not dry_run:
                     self._replace(row, defn, now)
+                    self.store.set_applied(schedule_id, row.revision + 1, now)
             if prune:
                 for row in self.store.list_schedules():
                     if row.id not in wanted:

@@ -131,9 +131,12 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     """Make the store match the definitions under PATHs (files or folders).
 
     Creates new schedules, updates changed ones, keeps unchanged ones (only
-    `*.toml` files count in folders). Every file is validated first: if one is
-    invalid nothing is written. One line per schedule:
-    `created|updated|unchanged|deleted ID (revision N)`.
+    `*.toml` files count in folders). Every file is validated first: if any
+    is invalid, each is reported and nothing is written. One line per
+    schedule: `created|updated|unchanged|deleted ID (revision N)`, then a
+    summary naming the store written to. Replacing a revision made by `edit`
+    or `update` since the schedule was last applied warns on stderr, naming
+    both revisions (the folder wins).
     """
     if dry_run and state.store(create=False) is None:
         actions = _dry_run_against_empty_store(state, paths, prune)
@@ -145,10 +148,25 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
         output.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
         if action.blocked_reason and not dry_run:
             output.still_blocked(action.schedule_id, action.blocked_reason)
-    summary = ", ".join(f"{count} {name}" for name, count in tally.items())
+        if action.outside is not None:
+            last, replaced = action.outside
+            verb = "would replace" if dry_run else "replaced"
+            click.echo(
+                f"wfsched: warning: {action.schedule_id}: apply {verb} revision {replaced},"
+                f" made by `edit` or `update` after revision {last} was applied from the"
+                f" folder, with revision {action.revision} from {action.source}",
+                err=True,
+            )
     if not actions:
-        summary = "no definitions found"
-    output.say(f"{summary} (dry run: nothing written)" if dry_run else summary)
+        output.say("no definitions found")
+        return
+    summary = ", ".join(f"{count} {name}" for name, count in tally.items())
+    where = state.resolved_store_path()
+    output.say(
+        f"{summary} (dry run: nothing written to {where})"
+        if dry_run
+        else f"{summary} in store {where}"
+    )
 
 
 def _dry_run_against_empty_store(state: CliState, paths: tuple[str, ...], prune: bool) -> list[Any]:

@@ -139,7 +139,17 @@ def _apply(store: Store, apply_dir: str, state: CliState, log: EventLog) -> None
     from wfsched.admin import Admin
 
     for action in Admin(store, state.clock).apply([apply_dir]):
-        log("applied", schedule=action.schedule_id, action=action.action)
+        if action.outside is not None:
+            # The folder wins over a revision made by `edit`/`update`; say so.
+            log(
+                "applied",
+                schedule=action.schedule_id,
+                action=action.action,
+                replaced_outside_revision=action.outside[1],
+                last_applied_revision=action.outside[0],
+            )
+        else:
+            log("applied", schedule=action.schedule_id, action=action.action)
 
 
 def register(group: click.Group) -> None:
