@@ -4,6 +4,7 @@ see, safer apply, paging hints, completions, escaped terminal output."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -560,3 +561,135 @@ def test_apply_does_not_warn_for_its_own_changes_or_an_outside_no_op(
     make_definition("steady", cron="5 * * * *")
     code, _, err = run_cli("apply", folder)
     assert code == 0 and err == ""
+
+
+# ------------------------------------------------------------ human output
+
+
+def test_durations_in_human_output_carry_units(store_path: Path, run_cli: CliRun) -> None:
+    h = _cli_harness(store_path)
+    h.define(
+        "a",
+        '\ntimeout = "2h"\nkill_grace = 10\n[policy]\nlateness = "5m"\n',
+        cron="0 * * * *",
+    )
+    out = run_cli("get", "a")[1]
+    assert re.search(r"timeout\s+2h\s*\n", out), out
+    assert re.search(r"kill grace\s+10s\s*\n", out), out
+    assert re.search(r"lateness\s+5m\s*\n", out), out
+    view = json.loads(run_cli("get", "a", "--json")[1])
+    assert (view["run"]["timeout"], view["run"]["kill_grace"]) == (7200, 10)
+    h.tick_at(T0)
+    assert re.search(r"invocation\.timeout\s+2h\s*\n", run_cli("runs", "show", "run-000001")[1])
+
+
+SCHEDULE_ID_ARGUMENTS = [
+    ("get",),
+    ("edit",),
+    ("pause",),
+    ("resume",),
+    ("delete",),
+    ("next",),
+    ("occurrences",),
+    ("trigger",),
+    ("runs", "--schedule"),
+    ("runs", "list", "--schedule"),
+]
+RUN_ID_ARGUMENTS = [
+    ("runs", "show"),
+    ("runs", "logs"),
+    ("runs", "cancel"),
+    ("runs", "resume"),
+]
+
+
+def test_every_schedule_id_argument_completes(store_path: Path) -> None:
+    from tests.test_completions import bash_complete
+
+    h = _cli_harness(store_path)
+    h.define("hourly-report", cron="0 * * * *")
+    h.define("nightly", cron="0 3 * * *")
+    for words in SCHEDULE_ID_ARGUMENTS:
+        assert bash_complete(*words, "hou") == ["hourly-report"], words
+    for words in RUN_ID_ARGUMENTS:
+        assert bash_complete(*words, "hou") == [], words
+
+
+def test_every_run_id_argument_completes(store_path: Path) -> None:
+    from tests.test_completions import bash_complete
+
+    h = _cli_harness(store_path)
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 3600)
+    for words in RUN_ID_ARGUMENTS:
+        assert bash_complete(*words, "run-") == ["run-000002", "run-000001"], words
+        assert bash_complete(*words, "run-0000011") == [], words
+
+
+def test_every_id_argument_of_the_cli_completes() -> None:
+    """No command grows an id argument without completion."""
+    import click
+
+    from wfsched.cli.complete import run_ids, schedule_ids
+    from wfsched.cli.main import cli
+
+    def walk(
+        group: click.Group, path: tuple[str, ...]
+    ) -> list[tuple[tuple[str, ...], click.Parameter]]:
+        found = []
+        for name, command in group.commands.items():
+            for param in command.params:
+                found.append(((*path, name), param))
+            if isinstance(command, click.Group):
+                found.extend(walk(command, (*path, name)))
+        return found
+
+    for where, param in walk(cli, ()):
+        if param.name in ("schedule_id", "run"):
+            expected = schedule_ids if param.name == "schedule_id" else run_ids
+            assert param._custom_shell_complete is expected, (where, param.name)
+
+
+# ---------------------------------------------------- control characters
+
+
+HOSTILE = "evil\x1b[2J\x1b]0;pwned\x07\rfake\u202e"
+
+
+def test_control_characters_are_escaped_in_human_output_and_exact_in_json(
+    store_path: Path, run_cli: CliRun
+) -> None:
+    h = _cli_harness(store_path)
+    escaped_description = json.dumps(HOSTILE)[1:-1]  # TOML basic string escapes
+    h.define(
+        "a",
+        f'\nenv = {{ NOTE = "{escaped_description}" }}\n',
+        cron="0 * * * *",
+    )
+    text = (
+        f'id = "b"\ndescription = "{escaped_description}"\n[trigger]\ncron = "0 * * * *"\n'
+        f'[run]\ncommand = ["/nonexistent/{escaped_description}"]\n'
+    )
+    h.admin.create(parse_definition(text, "b.toml", now=int(h.clock())))
+    h.tick_at(T0)  # b is preflight-rejected: its reason quotes the command
+    outputs = [
+        run_cli("get", "b")[1],
+        run_cli("get", "a")[1],
+        run_cli("list")[1],
+        run_cli("status")[1],
+        run_cli("occurrences", "b")[1],
+        run_cli("runs", "show", "run-000001")[1],
+    ]
+    for out in outputs:
+        assert "\x1b" not in out and "\x07" not in out and "\r" not in out, out
+        assert "\u202e" not in out, out
+    assert "evil\\x1b[2J\\x1b]0;pwned\\x07\\rfake\\u202e" in outputs[0]
+    assert json.loads(run_cli("get", "b", "--json")[1])["description"] == HOSTILE
+    assert json.loads(run_cli("get", "a", "--json")[1])["run"]["env"] == {"NOTE": HOSTILE}
+
+
+def test_an_error_line_escapes_control_characters(run_cli: CliRun, tmp_path: Path) -> None:
+    code, _, err = run_cli("validate", str(tmp_path / "x\x1b[31m.toml"))
+    assert code == 2 and "\x1b" not in err and "x\\x1b[31m.toml" in err

@@ -180,6 +180,17 @@ def _offset_text(seconds: float) -> str:
     return f"{sign}{whole // 3600:02d}:{whole % 3600 // 60:02d}"
 
 
+def duration_text(seconds: Any) -> str | None:
+    """A duration for people: `10s`, `5m`, `2h`, `1d` (JSON keeps seconds)."""
+    if seconds is None or isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return seconds if seconds is None else str(seconds)
+    from wfsched.timeutil import format_duration
+
+    if seconds != int(seconds):
+        return f"{seconds:g}s"
+    return format_duration(int(seconds))
+
+
 def trigger_text(trigger: dict[str, Any]) -> str:
     if "cron" in trigger:
         return str(trigger["cron"])

@@ -17,6 +17,7 @@ from wfsched.cli import CliState, pass_state
 from wfsched.cli.complete import run_argument, schedule_argument, schedule_ids
 from wfsched.cli.output import (
     add_row,
+    duration_text,
     local_text,
     next_page,
     print_json,
@@ -184,7 +185,7 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
         when = view[key]
         add_row(grid, key, f"{when}  ({local_text(when, zone)})" if when else None)
     for key, value in view["invocation"].items():
-        add_row(grid, f"invocation.{key}", value)
+        add_row(grid, f"invocation.{key}", duration_text(value) if key == "timeout" else value)
     add_row(grid, "run_dir", view["run_dir"])
     add_row(grid, "failure hook", _hooks_text(view))
     show(state.get_console(), grid)
