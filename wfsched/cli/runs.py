@@ -112,7 +112,11 @@ def list_runs(
     cursor: str | None,
     as_json: bool,
 ) -> None:
-    """Runs, newest first."""
+    """Runs, newest first.
+
+    "scheduled (local)" is in the schedule's own zone, never the operator's.
+    The line under the table gives the command for the next page.
+    """
     from wfsched.runs import Runs, check_list_arguments
 
     check_list_arguments(status=status, limit=limit, cursor=cursor)

@@ -280,7 +280,11 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
 @_json_option
 @pass_state
 def list_(state: CliState, show_all: bool, as_json: bool) -> None:
-    """List schedules: state, next due, last outcome, active runs."""
+    """List schedules: state, next due, last outcome, active runs.
+
+    LOCAL is the schedule's own zone (its timezone, or the offset written in
+    a one-shot's `at`), never the operator's.
+    """
     store = state.read_store()
     items: list[dict[str, Any]] = []
     if store is not None:
@@ -489,7 +493,10 @@ _NOTES = {
 @_json_option
 @pass_state
 def next_(state: CliState, schedule_id: str, count: int, after: str | None, as_json: bool) -> None:
-    """Upcoming instants in UTC and local time, marking DST gaps and folds."""
+    """Upcoming instants in UTC and local time, marking DST gaps and folds.
+
+    Local time is the schedule's own zone, never the operator's.
+    """
     items = state.admin().next(schedule_id, count=count, after=after)
     if as_json:
         output.print_json({"items": items})
@@ -526,6 +533,8 @@ def occurrences(
     one page at a time.
 
     A held candidate shows as a `pending` row at the top of the first page.
+    LOCAL is the schedule's own zone, never the operator's. The line under
+    the table gives the command for the next page.
     """
     items, next_cursor = state.reads().occurrences(schedule_id, limit=limit, cursor=cursor)
     if as_json:
