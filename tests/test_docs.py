@@ -607,9 +607,9 @@ def test_monitoring_section_names_what_to_alert_on() -> None:
     section = text.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
     from wfsched.status import status_without_store
 
-    for field in ("running", "stale"):
-        assert f".supervisor.{field}" in section
-    for field in ("blocked", "preflight_rejected", "errors", "interrupted"):
-        assert field in status_without_store(ROOT)
-        assert f".{field}" in section, field
+    for name in ("running", "stale"):
+        assert f".supervisor.{name}" in section
+    for name in ("blocked", "preflight_rejected", "errors", "interrupted"):
+        assert name in status_without_store(ROOT)
+        assert f".{name}" in section, name
     assert "wfsched audit" in section and "exit" in section
