@@ -693,3 +693,65 @@ def test_control_characters_are_escaped_in_human_output_and_exact_in_json(
 def test_an_error_line_escapes_control_characters(run_cli: CliRun, tmp_path: Path) -> None:
     code, _, err = run_cli("validate", str(tmp_path / "x\x1b[31m.toml"))
     assert code == 2 and "\x1b" not in err and "x\\x1b[31m.toml" in err
+
+
+def test_the_human_event_log_escapes_control_characters() -> None:
+    import io
+
+    from wfsched.eventlog import EventLog
+
+    stream = io.StringIO()
+    EventLog("human", stream=stream, clock=lambda: 0.0)(
+        "preflight-rejected", schedule="a", reason="x\x1b[2Jy", at="z\u202e"
+    )
+    line = stream.getvalue()
+    assert "\x1b" not in line and "\u202e" not in line
+    assert 'reason="x\\u001b[2Jy"' in line
+
+
+def test_a_real_supervisor_fires_the_hook_for_a_preflight_rejection(tmp_path: Path) -> None:
+    from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
+
+    store = tmp_path / "store"
+    seen = tmp_path / "hook-env"
+    path = write_definition(
+        tmp_path,
+        "gone",
+        f'id = "gone"\n[trigger]\nat = "{utc_in(2)}"\n'
+        '[run]\ncommand = ["/nonexistent/wfsched-missing-tool"]\n'
+        f'[notify]\non_failure = ["sh", "-c", "env > {seen}"]\n',
+    )
+    assert wfsched(store, "create", str(path)).returncode == 0
+    daemon = Daemon(store)
+    daemon.wait_started()
+    try:
+        wait_for(lambda: seen.exists() and "WFSCHED_REASON" in seen.read_text(), what="hook")
+        wait_for(lambda: " notified " in daemon.text(), what="hook logged")
+    finally:
+        daemon.stop()
+    env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+    assert env["WFSCHED_RUN_STATE"] == "preflight-rejected"
+    assert env["WFSCHED_RUN_ID"] == ""
+    assert "wfsched-missing-tool" in env["WFSCHED_REASON"]
+    status = wfsched_json(store, "status")
+    assert [item["schedule_id"] for item in status["preflight_rejected"]] == ["gone"]
+    assert wfsched(store, "audit").returncode == 0
+
+
+def test_prune_removes_a_pruned_runs_hook_outcomes(tmp_path: Path) -> None:
+    from wfsched.retention import prune
+
+    h = Harness(tmp_path / "store")
+    h.define("a", '[notify]\non_failure = ["alert"]\n', cron="0 * * * *")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=3)
+    h.tick_at(T0 + 1)
+    h.control.finish("run-000001-notify", exit_code=0)
+    h.tick_at(T0 + 2)
+
+    def count() -> int:
+        return int(h.store._conn.execute("SELECT COUNT(*) FROM notifications").fetchone()[0])
+
+    assert count() == 1
+    report = prune(h.store, 86400, T0 + 3 * 86400)
+    assert report.runs >= 1 and count() == 0
