@@ -48,7 +48,10 @@ def test_one_shot_runs_once_with_input_on_stdin_and_logs(store: Path, tmp_path: 
         wait_for(lambda: run_state(store, "run-000001") == "completed", what="completion")
         assert json.loads(out.read_text()) == {"who": "ops"}
         logs = wfsched(store, "runs", "logs", "run-000001")
-        assert logs.stdout == "to-stdout\n"
+        assert logs.stdout == (
+            "==> stdout (10 bytes) <==\nto-stdout\n==> stderr (10 bytes) <==\nto-stderr\n"
+        )
+        assert wfsched(store, "runs", "logs", "run-000001", "--stdout").stdout == "to-stdout\n"
         assert wfsched(store, "runs", "logs", "run-000001", "--stderr").stdout == "to-stderr\n"
         schedule = wfsched_json(store, "get", "once")
         assert schedule["state"] == "exhausted"
