@@ -714,17 +714,18 @@ def test_a_real_supervisor_fires_the_hook_for_a_preflight_rejection(tmp_path: Pa
 
     store = tmp_path / "store"
     seen = tmp_path / "hook-env"
-    path = write_definition(
-        tmp_path,
-        "gone",
-        f'id = "gone"\n[trigger]\nat = "{utc_in(2)}"\n'
-        '[run]\ncommand = ["/nonexistent/wfsched-missing-tool"]\n'
-        f'[notify]\non_failure = ["sh", "-c", "env > {seen}"]\n',
-    )
-    assert wfsched(store, "create", str(path)).returncode == 0
     daemon = Daemon(store)
     daemon.wait_started()
     try:
+        # Created once the supervisor runs, so the instant is due, not missed.
+        path = write_definition(
+            tmp_path,
+            "gone",
+            f'id = "gone"\n[trigger]\nat = "{utc_in(1.5)}"\n'
+            '[run]\ncommand = ["/nonexistent/wfsched-missing-tool"]\n'
+            f'[notify]\non_failure = ["sh", "-c", "env > {seen}"]\n',
+        )
+        assert wfsched(store, "create", str(path)).returncode == 0
         wait_for(lambda: seen.exists() and "WFSCHED_REASON" in seen.read_text(), what="hook")
         wait_for(lambda: " notified " in daemon.text(), what="hook logged")
     finally:

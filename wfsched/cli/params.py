@@ -29,10 +29,9 @@ class Duration(click.ParamType):
                 # "²".isdigit() and float("٣") are true: only ASCII digits count.
                 raise ValueError(f"{text!r} is not a duration; use seconds or '<n>s|m|h|d'")
             if self.fractions and _is_number(text):
-                seconds = float(text)
-                if seconds < 0 or seconds != seconds or seconds == float("inf"):
-                    raise ValueError("must be a finite number of seconds, not negative")
-                return seconds
+                # Range (negative, nan, too long) is the config's to judge,
+                # with the same message as for config.toml.
+                return float(text)
             return float(parse_duration(int(text) if text.isdigit() else text))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
