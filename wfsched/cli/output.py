@@ -64,8 +64,10 @@ def still_blocked(schedule_id: str, reason: str) -> None:
     """The stderr note after an update of a blocked schedule: the update
     succeeded, and the block (which only `resume` clears) is still there."""
     click.echo(
-        f"wfsched: note: {schedule_id} is still blocked ({' '.join(reason.split())});"
-        f" only `wfsched resume {schedule_id}` clears a block",
+        printable(
+            f"wfsched: note: {schedule_id} is still blocked ({' '.join(reason.split())});"
+            f" only `wfsched resume {schedule_id}` clears a block"
+        ),
         err=True,
     )
 
