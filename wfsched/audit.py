@@ -161,7 +161,7 @@ def empty_report() -> dict[str, Any]:
     checked = dict.fromkeys(
         ("schedules", "revisions", "occurrences", "runs", "attempts", "run_dirs"), 0
     )
-    return {"ok": True, "violations": [], "checked": checked}
+    return {"ok": True, "violations": [], "checked": checked, "notes": []}
 
 
 def audit_path(root: Path) -> dict[str, Any]:
