@@ -117,9 +117,10 @@ def write_definition(folder: Path, name: str, text: str) -> Path:
 def utc_ago(seconds: float) -> str:
     """An RFC 3339 instant at least `seconds` ago (whole seconds).
 
-    A one-shot at such an instant is due the moment it is created (an instant
-    already past at create is left to the misfire policy, and within
-    `lateness` it runs), so a test need not wait for a future instant.
+    A one-shot at such an instant is due the moment it is created, so a test
+    need not wait for a future instant, but only under `misfire = "latest"`:
+    an instant at or before the moment the supervisor took ownership counts
+    as missed while no supervisor ran, and `skip` (the default) drops it.
     """
     moment = math.floor(time.time() - seconds)
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_one_shot_runs_once_with_input_on_stdin_and_logs(store: Path, tmp_path: 
             store,
             tmp_path,
             "once",
-            f'[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+            f'[trigger]\nat = "{utc_in(1.5)}"\n[run]\n'
             f'command = ["sh", "-c", "cat > {out}; echo to-stdout; echo to-stderr >&2"]\n'
             '[[input]]\ntarget = "who"\nliteral = "ops"\n',
         )
@@ -48,7 +48,10 @@ def test_one_shot_runs_once_with_input_on_stdin_and_logs(store: Path, tmp_path: 
         wait_for(lambda: run_state(store, "run-000001") == "completed", what="completion")
         assert json.loads(out.read_text()) == {"who": "ops"}
         logs = wfsched(store, "runs", "logs", "run-000001")
-        assert logs.stdout == "to-stdout\n"
+        assert logs.stdout == (
+            "==> stdout (10 bytes) <==\nto-stdout\n==> stderr (10 bytes) <==\nto-stderr\n"
+        )
+        assert wfsched(store, "runs", "logs", "run-000001", "--stdout").stdout == "to-stdout\n"
         assert wfsched(store, "runs", "logs", "run-000001", "--stderr").stdout == "to-stderr\n"
         schedule = wfsched_json(store, "get", "once")
         assert schedule["state"] == "exhausted"
@@ -96,7 +99,7 @@ def test_sigterm_drains_then_cancels_and_records(store: Path, tmp_path: Path) ->
         store,
         tmp_path,
         "slow",
-        f'[trigger]\nat = "{utc_ago(1)}"\n[run]\ncommand = ["sleep", "30"]\nkill_grace = "1s"\n',
+        f'[trigger]\nat = "{utc_in(1)}"\n[run]\ncommand = ["sleep", "30"]\nkill_grace = "1s"\n',
     )
     wait_for(lambda: wfsched_json(store, "runs")["items"], what="a run")
     wait_for(lambda: run_state(store, "run-000001") == "running", what="running")
@@ -117,7 +120,7 @@ def test_timeout_kills_the_process_group_and_fails_the_run(store: Path, tmp_path
             store,
             tmp_path,
             "stuck",
-            f'[trigger]\nat = "{utc_ago(1)}"\n[run]\ncommand = ["sleep", "30"]\n'
+            f'[trigger]\nat = "{utc_in(1)}"\n[run]\ncommand = ["sleep", "30"]\n'
             'timeout = 1\nkill_grace = "1s"\n',
         )
         wait_for(lambda: wfsched_json(store, "runs")["items"], what="a run")
@@ -233,7 +236,7 @@ def test_missing_executable_is_preflight_rejected_and_invents_no_run(
             store,
             tmp_path,
             "broken",
-            f'[trigger]\nat = "{utc_ago(1)}"\n[run]\ncommand = ["no-such-binary-wfsched"]\n',
+            f'[trigger]\nat = "{utc_in(1)}"\n[run]\ncommand = ["no-such-binary-wfsched"]\n',
         )
         items = wait_for(
             lambda: [
@@ -258,7 +261,7 @@ def test_env_of_the_job(store: Path, tmp_path: Path) -> None:
             store,
             tmp_path,
             "envy",
-            f'[trigger]\nat = "{utc_ago(1)}"\n[run]\ncommand = ["sh", "-c", "env > {out}"]\n'
+            f'[trigger]\nat = "{utc_in(1)}"\n[run]\ncommand = ["sh", "-c", "env > {out}"]\n'
             'env = { COLOR = "blue" }\n',
         )
         wait_for(out.exists, what="the job")

@@ -132,18 +132,24 @@ def test_the_read_path_never_imports_croniter(
     assert result.returncode == 0, result.stderr
 
 
-def test_config_and_status_import_without_the_supervisor() -> None:
+def test_config_and_status_import_without_the_supervisor(tmp_path: Path) -> None:
     result = run_python(
         """
         import sys
+        from pathlib import Path
         import wfsched.config, wfsched.status
+        # Validating a listen address must not pull in the metrics server.
+        config = wfsched.config.load_config(Path(sys.argv[1]), {"metrics_listen": "9464"})
+        assert config.metrics_listen == "127.0.0.1:9464", config
         heavy = (
             "wfsched.supervisor",
+            "wfsched.metrics_server",
             "wfsched.calendar",
             "croniter",
         )
         loaded = sorted(m for m in heavy if m in sys.modules)
         sys.exit(f"loaded {loaded}" if loaded else 0)
-        """
+        """,
+        str(tmp_path),
     )
     assert result.returncode == 0, result.stderr + result.stdout

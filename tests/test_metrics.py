@@ -18,9 +18,10 @@ from wfsched.admin import Admin
 from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
 from wfsched.errors import UsageError
+from wfsched.listen import Listen, parse_listen
 from wfsched.metrics import Metrics, Snapshot, health, reason_label
 from wfsched.metrics_render import Renderer
-from wfsched.metrics_server import Listen, MetricsServer, parse_listen
+from wfsched.metrics_server import MetricsServer
 from wfsched.store import SQLiteStore
 from wfsched.supervisor import Supervisor
 

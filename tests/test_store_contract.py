@@ -314,3 +314,73 @@ def test_reopening_keeps_everything_and_the_schema(store_backend: Backend) -> No
         assert again.schema_problems() == []
     finally:
         again.close()
+
+
+# -- what the operator sees: hook outcomes, standing rejections, apply's memory ----------
+
+
+def test_hook_outcomes_are_recorded_once_and_abandoned_when_orphaned(store: Store) -> None:
+    add_schedule(store)
+    seq = admit(store, "s", T0 + 60)
+    with store.atomic():
+        first = store.insert_notification("s", seq, T0 + 60, 1, T0 + 61)
+        second = store.insert_notification("s", seq, T0 + 60, 2, T0 + 62)
+        rejected = store.insert_notification(
+            "s", None, T0 + 120, 0, T0 + 121, state="failed", reason="exit 1"
+        )
+    assert len({first, second, rejected}) == 3
+    with store.atomic():
+        store.finish_notification(first, "succeeded", None, T0 + 63)
+        store.finish_notification(first, "failed", "late", T0 + 64)  # a finished one stays
+        assert store.abandon_notifications("supervisor gone", T0 + 65) == 1
+    rows = store.run_notifications(seq)
+    assert [(r.attempt, r.state, r.reason, r.finished_at) for r in rows] == [
+        (1, "succeeded", None, T0 + 63),
+        (2, "failed", "supervisor gone", T0 + 65),
+    ]
+
+
+def test_a_rejection_stands_until_a_later_run_completes(store: Store) -> None:
+    add_schedule(store)
+    add_schedule(store, "t")
+    with store.atomic():
+        store.insert_occurrence("s", T0 + 60, "preflight-rejected", 1, T0 + 60, reason="cwd")
+        store.insert_occurrence("s", T0 + 120, "preflight-rejected", 1, T0 + 120, reason="exe")
+        store.insert_occurrence("t", T0 + 60, "preflight-rejected", 1, T0 + 60, reason="cwd")
+    standing = store.standing_rejections()
+    assert [(r.schedule_id, r.scheduled_at, r.reason) for r in standing] == [
+        ("s", T0 + 120, "exe"),
+        ("t", T0 + 60, "cwd"),
+    ]
+    with store.atomic():
+        seq = store.insert_run("t", "manual", T0 + 130, 1, '{"argv": ["true"]}', T0 + 130)
+        store.update_run(seq, state="completed", exit_code=0, finished_at=T0 + 131)
+    assert [r.schedule_id for r in store.standing_rejections()] == ["s"]
+
+
+def test_apply_remembers_the_last_revision_per_schedule(store: Store) -> None:
+    add_schedule(store)
+    add_schedule(store, "t")
+    with store.atomic():
+        store.set_applied("s", 1, T0)
+        store.set_applied("s", 3, T0 + 1)
+        store.set_applied("t", 2, T0 + 2)
+    assert store.applied_revisions(["s", "t", "u"]) == {"s": 3, "t": 2}
+    assert store.applied_revisions([]) == {}
+
+
+def test_finished_run_counts_tell_cancellations_apart(store: Store) -> None:
+    add_schedule(store)
+    runs = [admit(store, "s", T0 + 60 * n) for n in (1, 2, 3)]
+    with store.atomic():
+        store.update_run(runs[0], state="completed", exit_code=0, finished_at=T0 + 70)
+        store.update_run(runs[1], state="failed", reason="cancelled", finished_at=T0 + 130)
+        store.update_run(runs[2], state="failed", finished_at=T0 + 190)
+    counts = {
+        (c.state, c.cancelled): (c.count, c.last_finished_at) for c in store.finished_run_counts()
+    }
+    assert counts == {
+        ("completed", False): (1, T0 + 70),
+        ("failed", True): (1, T0 + 130),
+        ("failed", False): (1, T0 + 190),
+    }

@@ -31,6 +31,7 @@ from wfsched.errors import (
     CalendarExhausted,
     ConflictError,
     DefinitionError,
+    DefinitionErrors,
     EndOfTime,
     UsageError,
     ZoneUnavailable,
@@ -60,6 +61,9 @@ class ApplyAction:
     source: str | None
     blocked_reason: str | None = None
     """An updated schedule's supervisor block, which the update keeps."""
+    outside: tuple[int, int] | None = None
+    """(revision last applied, revision replaced) when this apply replaces a
+    revision made outside the folder (by `edit` or `update`) since then."""
 
 
 class Admin(Reads):
@@ -185,25 +189,39 @@ class Admin(Reads):
         actions: list[ApplyAction] = []
         with self.store.atomic():
             existing = self.store.schedules_by_id(wanted)
+            applied = self.store.applied_revisions(wanted)
             for schedule_id, (defn, source) in sorted(wanted.items()):
                 row = existing.get(schedule_id)
                 if row is None:
                     actions.append(ApplyAction(schedule_id, "created", 1, source))
                     if not dry_run:
                         self._insert(defn, now)
+                        self.store.set_applied(schedule_id, 1, now)
                     continue
                 if row.deleted_at is not None:
                     raise ConflictError(f"{source}: id: {_taken(row)}")
                 if canonical_json(defn) == row.definition:
                     actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
+                    if not dry_run and applied.get(schedule_id) != row.revision:
+                        self.store.set_applied(schedule_id, row.revision, now)
                     continue
+                last = applied.get(schedule_id)
+                # A revision newer than the one the folder gave was made by
+                # `edit` or `update`; the folder wins, but not silently.
+                outside = (last, row.revision) if last is not None and last < row.revision else None
                 actions.append(
                     ApplyAction(
-                        schedule_id, "updated", row.revision + 1, source, row.blocked_reason
+                        schedule_id,
+                        "updated",
+                        row.revision + 1,
+                        source,
+                        blocked_reason=row.blocked_reason,
+                        outside=outside,
                     )
                 )
                 if not dry_run:
                     self._replace(row, defn, now)
+                    self.store.set_applied(schedule_id, row.revision + 1, now)
             if prune:
                 for row in self.store.list_schedules():
                     if row.id not in wanted:
@@ -227,13 +245,26 @@ class Admin(Reads):
             else:
                 raise UsageError(f"{given}: no such file or directory")
         wanted: dict[str, tuple[Definition, str]] = {}
+        errors: list[DefinitionError] = []
         for file in files:
-            defn = load_definition_file(file, now=now)
+            try:
+                defn = load_definition_file(file, now=now)
+            except DefinitionError as exc:
+                errors.append(exc)
+                continue
             if defn.id in wanted:
-                raise DefinitionError(
-                    str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                errors.append(
+                    DefinitionError(
+                        str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                    )
                 )
+                continue
             wanted[defn.id] = (defn, str(file))
+        # Every invalid file is reported in one pass; nothing is written.
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise DefinitionErrors(errors, len(files), "; nothing was written")
         return wanted
 
     # -- pause, resume, delete -------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from wfsched.definition import BOM, validate_argv
 from wfsched.errors import DefinitionError
+from wfsched.listen import parse_listen
 from wfsched.timeutil import MAX_DURATION, check_duration, parse_duration
 
 CONFIG_NAME = "config.toml"
@@ -94,8 +95,6 @@ def _value(
 ) -> float | int | str | tuple[str, ...]:
     spec = _KEYS[flag or key]
     if spec.kind == "listen":
-        from wfsched.metrics_server import parse_listen
-
         if not isinstance(raw, str):
             raise DefinitionError(source, key, 'must be a string like "127.0.0.1:9464"')
         try:

@@ -42,6 +42,24 @@ class DefinitionError(WfschedError, ValueError):
         super().__init__(f"{where}{message}")
 
 
+class DefinitionErrors(WfschedError, ValueError):
+    """Several invalid definitions, all found in one pass (exit 2).
+
+    The CLI prints one line per invalid file (`lines()`), then a summary, so
+    an operator fixes them all before the next run instead of one a run.
+    """
+
+    exit_code = 2
+
+    def __init__(self, errors: list[DefinitionError], checked: int, outcome: str = "") -> None:
+        self.errors = errors
+        self.checked = checked
+        super().__init__(f"{len(errors)} of {checked} definition files are invalid{outcome}")
+
+    def lines(self) -> list[str]:
+        return [*(str(error) for error in self.errors), str(self)]
+
+
 class NotFoundError(WfschedError, LookupError):
     """A schedule or run does not exist (exit 3)."""
 

@@ -33,5 +33,7 @@ class EventLog:
 
 
 def _human(value: Any) -> str:
+    # Quoted (JSON escapes) when it has a space, is empty, or holds a control
+    # character: a reason or command must never drive the terminal.
     text = str(value)
-    return json.dumps(text) if (" " in text or not text) else text
+    return json.dumps(text) if (" " in text or not text or not text.isprintable()) else text

@@ -4,6 +4,12 @@ A hook is launched like a run (through the fork server, its own process
 group, a timeout), with the run's facts in its environment. It runs once:
 its own failure is logged and never retried, so a broken mail command cannot
 turn into a loop. A hook in flight when the supervisor dies is not re-run.
+
+Each hook's outcome is also recorded in the store (`notifications`), so
+`runs show` can say whether the alert went out long after the log is gone.
+A `preflight-rejected` occurrence fires the hook too (it is a failure to the
+operator): it has no run, so `WFSCHED_RUN_ID` and `WFSCHED_RUN_DIR` are
+empty and the hook's own output goes to `<store>/notify/<occurrence id>/`.
 """
 
 from __future__ import annotations
@@ -12,10 +18,14 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle
 from wfsched.rundirs import prepare_record_dir
+from wfsched.timeutil import Clock, wall_clock
+
+if TYPE_CHECKING:
+    from wfsched.store import Store
 
 HOOK_TIMEOUT = 60
 HOOK_KILL_GRACE = 5
@@ -40,9 +50,14 @@ class RunFacts:
     state: str
     reason: str
     exit_code: int | None
-    run_dir: Path
+    run_dir: Path | None
+    """None for a preflight rejection (no run, no run directory)."""
     record_dir: Path
     """Where the hook's shim keeps its records (out of any job's reach)."""
+    run_seq: int | None = None
+    scheduled_epoch: int | None = None
+    hook_dir: Path | None = None
+    """Where the hook's logs go (default: the run's `notify-N/`)."""
 
 
 class FailureHooks:
@@ -52,20 +67,34 @@ class FailureHooks:
         log: Callable[..., None],
         default_argv: Sequence[str] | None,
         private_env: Sequence[str],
+        store: Store | None = None,
+        clock: Clock = wall_clock,
     ) -> None:
         self.control = control
         self.log = log
         self.default_argv = tuple(default_argv) if default_argv else None
         self.private_env = frozenset(private_env)
-        self._in_flight: dict[int, tuple[str, Path, ShimHandle]] = {}
+        self.store = store
+        self.clock = clock
+        self._in_flight: dict[int, tuple[str, Path, ShimHandle, int | None]] = {}
+        """pid -> (run or occurrence, record dir, handle, notification row)."""
         self._polling = False
         """Set when the launcher that would report their exits was replaced."""
+
+    def recover(self) -> None:
+        """Hooks a previous supervisor left running are not re-run; say so."""
+        if self.store is not None:
+            with self.store.atomic():
+                self.store.abandon_notifications(
+                    "the supervisor stopped while the hook ran; not re-run", self.clock()
+                )
 
     def fire(self, facts: RunFacts, argv: Sequence[str] | None) -> None:
         command = tuple(argv) if argv else self.default_argv
         if not command:
             return
-        directory = facts.run_dir / f"notify-{facts.attempt}"
+        directory = facts.hook_dir or (facts.run_dir or Path()) / f"notify-{facts.attempt}"
+        label = facts.run_id or facts.occurrence_id
         env = {k: v for k, v in os.environ.items() if k not in self.private_env}
         env.update(
             WFSCHED_SCHEDULE_ID=facts.schedule_id,
@@ -76,14 +105,14 @@ class FailureHooks:
             WFSCHED_RUN_STATE=facts.state,
             WFSCHED_REASON=facts.reason,
             WFSCHED_EXIT_CODE="" if facts.exit_code is None else str(facts.exit_code),
-            WFSCHED_RUN_DIR=str(facts.run_dir),
+            WFSCHED_RUN_DIR="" if facts.run_dir is None else str(facts.run_dir),
         )
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             prepare_record_dir(facts.record_dir)
             handle = self.control.spawn(
                 LaunchSpec(
-                    run_id=f"{facts.run_id}-notify",
+                    run_id=f"{label}-notify",
                     attempt=facts.attempt,
                     argv=command,
                     cwd=None,
@@ -96,9 +125,31 @@ class FailureHooks:
                 )
             )
         except OSError as exc:
-            self.log("notify-failed", run=facts.run_id, reason=f"could not start: {exc}")
+            reason = f"could not start: {exc}"
+            self.log("notify-failed", run=label, reason=reason)
+            self._record(facts, "failed", reason)
             return
-        self._in_flight[handle.pid] = (facts.run_id, facts.record_dir, handle)
+        seq = self._record(facts, "running", None)
+        self._in_flight[handle.pid] = (label, facts.record_dir, handle, seq)
+
+    def _record(self, facts: RunFacts, state: str, reason: str | None) -> int | None:
+        if self.store is None:
+            return None
+        with self.store.atomic():
+            return self.store.insert_notification(
+                facts.schedule_id,
+                facts.run_seq,
+                facts.scheduled_epoch,
+                facts.attempt,
+                self.clock(),
+                state=state,
+                reason=reason,
+            )
+
+    def _finish(self, seq: int | None, state: str, reason: str | None) -> None:
+        if self.store is not None and seq is not None:
+            with self.store.atomic():
+                self.store.finish_notification(seq, state, reason, self.clock())
 
     def orphaned(self) -> None:
         """The launcher was replaced: the exits of hooks in flight will never
@@ -113,21 +164,27 @@ class FailureHooks:
         if self._polling:
             ended += [
                 pid
-                for pid, (_, _, handle) in self._in_flight.items()
+                for pid, (_, _, handle, _) in self._in_flight.items()
                 if pid not in ended and not self.control.alive(handle)
             ]
             self._polling = bool(self._in_flight.keys() - set(ended))
         for pid in ended:
-            run, directory, _ = self._in_flight.pop(pid)
+            run, directory, _, seq = self._in_flight.pop(pid)
             try:
                 record = self.control.read_exit(str(directory))
             except ValueError as exc:
-                self.log("notify-failed", run=run, reason=str(exc))
-                continue
-            if record is None:
-                self.log("notify-failed", run=run, reason="the hook left no exit record")
-            elif record.outcome == "exited" and record.exit_code == 0:
-                self.log("notified", run=run)
+                reason: str | None = str(exc)
             else:
-                self.log("notify-failed", run=run, reason=record.reason or record.outcome)
+                if record is None:
+                    reason = "the hook left no exit record"
+                elif record.outcome == "exited" and record.exit_code == 0:
+                    reason = None
+                else:
+                    reason = record.reason or record.outcome
+            if reason is None:
+                self.log("notified", run=run)
+                self._finish(seq, "succeeded", None)
+            else:
+                self.log("notify-failed", run=run, reason=reason)
+                self._finish(seq, "failed", reason)
         return others

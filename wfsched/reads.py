@@ -13,7 +13,7 @@ from wfsched.errors import NotFoundError, UsageError
 from wfsched.paging import decode_cursor, encode_cursor
 from wfsched.store import ScheduleRow, Store
 from wfsched.timeutil import Clock, wall_clock
-from wfsched.views import occurrence_view, pending_view, schedule_view
+from wfsched.views import occurrence_view, pending_view, rejection_view, schedule_view
 
 MAX_PAGE = 100
 
@@ -30,19 +30,25 @@ class Reads:
         return row
 
     def get(self, schedule_id: str) -> dict[str, Any]:
-        row = self.row(schedule_id)
-        active = self.store.active_run_counts([row.id]).get(row.id, 0)
-        return schedule_view(row, active)
+        with self.store.snapshot():
+            row = self.row(schedule_id)
+            active = self.store.active_run_counts([row.id]).get(row.id, 0)
+            rejected = {found.schedule_id: found for found in self.store.standing_rejections()}
+        view = schedule_view(row, active)
+        view["preflight_rejected"] = rejection_view(rejected.get(row.id))
+        return view
 
     def schedules(self, include_deleted: bool = False) -> list[dict[str, Any]]:
         with self.store.snapshot():
             rows = self.store.list_schedules(include_deleted)
             active = self.store.all_active_run_counts()
             outcomes = self.store.last_outcomes([row.id for row in rows])
+            rejected = {found.schedule_id: found for found in self.store.standing_rejections()}
         views = []
         for row in rows:
             view = schedule_view(row, active.get(row.id, 0))
             view["last_outcome"] = outcomes.get(row.id)
+            view["preflight_rejected"] = rejection_view(rejected.get(row.id))
             views.append(view)
         return views
 

@@ -16,10 +16,22 @@ from wfsched.paging import decode_cursor, encode_cursor
 from wfsched.rundirs import NO_RESUME_INPUT, RunDir
 from wfsched.store import RequestRow, RunRow, Store, parse_run_id
 from wfsched.timeutil import Clock, wall_clock
-from wfsched.views import run_view
+from wfsched.views import notification_view, run_view
 
 RUN_STATES = ("admitted", "running", "interrupted", "completed", "failed")
 MAX_PAGE = 100
+STDERR_TAIL_LINES = 10
+TAIL_BYTES = 64 * 1024
+"""How much of the end of a log `runs show` reads to find its last lines."""
+
+
+def check_list_arguments(*, status: str | None, limit: int, cursor: str | None) -> int | None:
+    """Refuse bad listing arguments (exit 2), store or no store; the cursor's key."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
+    if status is not None and status not in RUN_STATES:
+        raise UsageError(f"--status must be one of {', '.join(RUN_STATES)}")
+    return decode_cursor(cursor, "before")["before"] if cursor else None
 
 
 class Runs:
@@ -35,8 +47,22 @@ class Runs:
         return run
 
     def show(self, text: str) -> dict[str, Any]:
-        run = self.run(text)
-        return run_view(run, self.store.attempts(run.seq))
+        """The run view plus what an operator needs after a failure: the run
+        directory, the last lines of the latest attempt's stderr, and each
+        failure hook's outcome."""
+        with self.store.snapshot():
+            run = self.run(text)
+            view = run_view(run, self.store.attempts(run.seq))
+            hooks = self.store.run_notifications(run.seq)
+        directory = RunDir(self.store.runs_dir, run.run_id)
+        view["run_dir"] = str(directory.path)
+        view["stderr_tail"] = (
+            _tail(directory.log_path(run.attempt, "stderr"), STDERR_TAIL_LINES)
+            if run.attempt
+            else []
+        )
+        view["failure_hooks"] = [notification_view(hook) for hook in hooks]
+        return view
 
     def list(
         self,
@@ -46,11 +72,7 @@ class Runs:
         limit: int = 20,
         cursor: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        if not 1 <= limit <= MAX_PAGE:
-            raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
-        if status is not None and status not in RUN_STATES:
-            raise UsageError(f"--status must be one of {', '.join(RUN_STATES)}")
-        before = decode_cursor(cursor, "before")["before"] if cursor else None
+        before = check_list_arguments(status=status, limit=limit, cursor=cursor)
         with self.store.snapshot():
             rows = self.store.list_runs(
                 schedule_id=schedule_id, state=status, before_seq=before, limit=limit + 1
@@ -122,3 +144,17 @@ class Runs:
             if request.state != "pending" or time.monotonic() >= deadline:
                 return request
             time.sleep(0.05)
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log (decoded leniently); [] when absent."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    return text.splitlines()[-lines:]

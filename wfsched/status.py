@@ -53,6 +53,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         waiting = store.blocked_admitted_count()
         due = store.earliest_due_schedule()
         blocked = store.blocked_schedules()
+        rejected = store.standing_rejections()
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
     poll_interval = _number(meta["poll_interval"]) or DEFAULTS.poll_interval
@@ -88,6 +89,16 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         # phase since it started (wfsched.tickerrors).
         "errors": published(meta[TICK_ERRORS_KEY]),
         "launcher": _launcher(meta) if running else None,
+        # A start refused at admission (executable or cwd missing) is a
+        # failure; it stays listed until a later run of the schedule succeeds.
+        "preflight_rejected": [
+            {
+                "schedule_id": row.schedule_id,
+                "scheduled_at": format_instant(row.scheduled_at),
+                "reason": row.reason,
+            }
+            for row in rejected
+        ],
         "store": str(store.root),
     }
 
@@ -125,6 +136,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
         "blocked": [],
         "errors": published(None),
         "launcher": None,
+        "preflight_rejected": [],
         "store": str(root),
     }
 

@@ -189,6 +189,17 @@ class LauncherHealth:
 
 
 @dataclass
+class Rejection:
+    """A preflight-rejected occurrence whose failure hook is owed."""
+
+    schedule_id: str
+    on_failure: tuple[str, ...] | None
+    instant: int
+    reason: str
+    tries: int = 0
+
+
+@dataclass
 class Notice:
     """A failure hook owed for a run whose end is already committed."""
 
@@ -222,8 +233,14 @@ class Supervisor:
         self.observer = observer or Observer()
         """Told of every committed fact (the metrics); a no-op by default."""
         self.admin = Admin(store, clock)
-        self.hooks = FailureHooks(control, self.log, config.on_failure, _PRIVATE_ENV)
+        self.hooks = FailureHooks(
+            control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
+        )
         self.launcher = LauncherHealth(since=clock())
+        self._rejections: list[Rejection] = []
+        """Preflight rejections of the admission being decided (not committed)."""
+        self._rejected: list[Rejection] = []
+        """Committed preflight rejections whose failure hook is owed."""
         self.watches: dict[int, Watch] = {}
         self._pids: dict[int, int] = {}
         self._reaped: set[int] = set()
@@ -378,6 +395,7 @@ class Supervisor:
             self._phase("launch", self._launch_phase)
             self._phase("admission", self.admit_due, now)
         self._phase("notification", self.notify_failures)
+        self._phase("notification", self.notify_rejections)
         if not self.draining:
             self._phase("retention", self.retain, now)
         self._phase("liveness", self._stamp)
@@ -449,6 +467,7 @@ class Supervisor:
         instant_now = int(now)
         late_reason = "store-unavailable" if self._admission_failed else "late"
         self._admission_failed = True  # until this decision commits
+        self._rejections = []
         with self.store.atomic():
             rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
             if rows:
@@ -471,6 +490,8 @@ class Supervisor:
                 if admitted:
                     self.fault("before-admission-commit")
         self._admission_failed = False
+        self._rejected.extend(self._rejections)  # committed: their hooks are owed
+        self._rejections = []
         if not rows:
             return  # the idle tick: one indexed query, nothing more
         if admitted:
@@ -567,6 +588,8 @@ class Supervisor:
             self.log(
                 "preflight-rejected", schedule=row.id, at=format_instant(instant), reason=reason
             )
+            # Alerted after the commit: a rejected start is a failure too.
+            self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
         seq = self.store.insert_run(
             row.id, "scheduled", instant, row.revision, _invocation(defn, document), now
@@ -1151,9 +1174,48 @@ class Supervisor:
                 exit_code=exit_code,
                 run_dir=RunDir(self.store.runs_dir, run.run_id).path,
                 record_dir=record_dir(self.store.root, run.run_id, f"notify-{attempt}"),
+                run_seq=run.seq,
+                scheduled_epoch=run.scheduled_at,
             ),
             argv,
         )
+
+    def notify_rejections(self) -> None:
+        """Fire the hooks owed for committed preflight rejections (a rejected
+        start is a failure to the operator); retried like `notify_failures`."""
+        while self._rejected:
+            rejection = self._rejected.pop(0)
+            occurrence = occurrence_id(rejection.schedule_id, rejection.instant)
+            self._focus = {"schedule": rejection.schedule_id, "occurrence": occurrence}
+            try:
+                self.hooks.fire(
+                    RunFacts(
+                        run_id="",
+                        schedule_id=rejection.schedule_id,
+                        occurrence_id=occurrence,
+                        scheduled_at=format_instant(rejection.instant) or "",
+                        attempt=0,
+                        state="preflight-rejected",
+                        reason=rejection.reason,
+                        exit_code=None,
+                        run_dir=None,
+                        record_dir=record_dir(self.store.root, "notify", occurrence),
+                        scheduled_epoch=rejection.instant,
+                        hook_dir=self.store.root / "notify" / occurrence,
+                    ),
+                    rejection.on_failure,
+                )
+            except Exception as exc:
+                rejection.tries += 1
+                if rejection.tries < NOTIFY_TRIES:
+                    self._rejected.append(rejection)
+                else:
+                    self.log(
+                        "notify-failed",
+                        run=occurrence,
+                        reason=f"gave up after {NOTIFY_TRIES} tries: {describe(exc)}",
+                    )
+                raise
 
     # -- requests from the CLI ------------------------------------------------------
 
@@ -1285,6 +1347,7 @@ class Supervisor:
         Nothing found on disk can stop it: a run whose records cannot be
         examined fails closed and blocks its schedule, and the rest recovers.
         """
+        self.hooks.recover()
         for run in self.store.unfinished_runs():
             if run.kind == "scheduled" and self.store.occurrence_for_run(run.seq) is None:
                 self.block(run.schedule_id, f"{run.run_id} has no admission record")

@@ -7,11 +7,13 @@ there is one mapping from the store to what operators and machines see.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from wfsched.errors import StoreError
 from wfsched.store import AttemptRow, OccurrenceRow, RunRow, ScheduleRow, run_id
-from wfsched.timeutil import format_event, format_instant, occurrence_id
+from wfsched.store.rows import NotificationRow, RejectionRow
+from wfsched.timeutil import format_event, format_instant, occurrence_id, parse_instant
 
 
 def stored_document(row: ScheduleRow) -> dict[str, Any]:
@@ -50,11 +52,19 @@ def schedule_view(row: ScheduleRow, active_runs: int) -> dict[str, Any]:
     document = stored_document(row)
     for table, keys in _DOCUMENT_ORDER.items():
         document[table] = {key: document[table].get(key) for key in keys if key in document[table]}
+    trigger = document["trigger"]
+    zone = trigger.get("timezone")
+    if isinstance(trigger.get("at"), str):
+        # Machines get the instant (UTC, whole seconds); the offset as written
+        # stays in the stored document for `get --toml`, and is the zone.
+        zone = _written_offset(trigger["at"])
+        trigger["at"] = _utc_instant(trigger["at"])
     return {
         "id": row.id,
         "revision": row.revision,
         "description": document["description"],
-        "trigger": document["trigger"],
+        "trigger": trigger,
+        "zone": zone,
         "run": document["run"],
         "policy": document["policy"],
         "notify": document["notify"],
@@ -69,6 +79,53 @@ def schedule_view(row: ScheduleRow, active_runs: int) -> dict[str, Any]:
         "created_at": format_event(row.created_at),
         "updated_at": format_event(row.updated_at),
         "deleted_at": format_event(row.deleted_at),
+    }
+
+
+_WRITTEN_AT = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def _utc_instant(written: str) -> str:
+    """A one-shot's `at` as written -> `2026-12-24T17:00:00Z` (truncated seconds)."""
+    match = _WRITTEN_AT.match(written.strip())
+    if match is None:
+        return written
+    day, clock, offset = match.groups()
+    try:
+        return format_instant(parse_instant(f"{day}T{clock}{offset.upper()}")) or written
+    except ValueError:
+        return written
+
+
+def _written_offset(written: str) -> str | None:
+    """The zone of a one-shot: its written offset (`+01:00`; `Z` is UTC)."""
+    match = _WRITTEN_AT.match(written.strip())
+    if match is None:
+        return None
+    offset = match.group(3).upper()
+    return "UTC" if offset in ("Z", "+00:00", "-00:00") else offset
+
+
+def rejection_view(row: RejectionRow | None) -> dict[str, Any] | None:
+    """A standing preflight rejection: the newest rejected instant and why.
+
+    It stands until a run of the schedule admitted after it completes.
+    """
+    if row is None:
+        return None
+    return {"scheduled_at": format_instant(row.scheduled_at), "reason": row.reason}
+
+
+def notification_view(row: NotificationRow) -> dict[str, Any]:
+    """One failure hook's outcome: `running`, `succeeded` or `failed`."""
+    return {
+        "attempt": row.attempt,
+        "state": row.state,
+        "reason": row.reason,
+        "started_at": format_event(row.started_at),
+        "finished_at": format_event(row.finished_at),
     }
 
 

@@ -88,6 +88,30 @@ class CliState:
                 ctx.call_on_close(self._close)
         return self._store
 
+    def read_store(self) -> Store | None:
+        """The store for a listing read, or None after a one-line stderr note.
+
+        A read of a store that does not exist answers as an empty store would
+        (exit 0, no items); only writes create a store. Reads of one id use
+        `reads()`/`admin()` instead, which answer "not found" (exit 3).
+        """
+        if self.store_missing():
+            return None
+        return self.store(create=False)
+
+    def store_missing(self) -> bool:
+        """True, after the one-line stderr note, when no store exists yet."""
+        from wfsched.store import DB_NAME
+
+        if self._store is not None or (self.resolved_store_path() / DB_NAME).exists():
+            return False
+        click.echo(
+            f"wfsched: note: no store at {self.resolved_store_path()} yet; answering as an"
+            " empty store would (`wfsched create` or `wfsched apply` makes one)",
+            err=True,
+        )
+        return True
+
     def reads(self) -> Reads:
         """The read-only API (`list`, `get --json`, `occurrences`): light imports."""
         from wfsched.reads import Reads

@@ -16,14 +16,16 @@ import click
 
 from wfsched import __version__, early_stop
 from wfsched.cli import CliState, audit, prune, runs, schedules, supervise
-from wfsched.errors import WfschedError
+from wfsched.cli.output import printable
+from wfsched.errors import DefinitionErrors, WfschedError
 
 PROG = "wfsched"
 
 
 def _error(message: str) -> None:
     # Multi-line messages would break "one line per error"; fold them.
-    click.echo(f"{PROG}: error: {' '.join(str(message).split())}", err=True)
+    # Control characters from operator text (an id, a path) are escaped.
+    click.echo(f"{PROG}: error: {printable(' '.join(str(message).split()))}", err=True)
 
 
 class WfschedGroup(click.Group):
@@ -62,7 +64,9 @@ class WfschedGroup(click.Group):
         except WfschedError as exc:
             if state.debug:
                 _print_traceback()
-            _error(str(exc))
+            # Several invalid files are one line each, then the summary.
+            for line in exc.lines() if isinstance(exc, DefinitionErrors) else [str(exc)]:
+                _error(line)
             return exc.exit_code
         except click.exceptions.NoArgsIsHelpError as exc:
             exc.show()

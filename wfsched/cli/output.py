@@ -9,7 +9,9 @@ shown in UTC and in the schedule's own zone.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, tzinfo
+import re
+import unicodedata
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +28,46 @@ def print_json(obj: Any) -> None:
 
 
 def say(message: str) -> None:
-    """One plain line on stdout (confirmations such as `created x (revision 1)`)."""
-    click.echo(message)
+    """One plain line on stdout (confirmations such as `created x (revision 1)`).
+
+    Operator text in it (reasons, descriptions) is escaped: see `printable`.
+    """
+    click.echo(printable(message))
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_BIDI = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
+def printable(value: str) -> str:
+    """`value` with control characters escaped (`\\x1b`, `\\n`, `\\u202e`).
+
+    Descriptions, commands, reasons and notes are written by operators and
+    by jobs; printed raw, an escape sequence could rewrite the terminal
+    (hide a line, fake a state, set the title). JSON output stays exact.
+    """
+    if value.isprintable():
+        return value
+    out = []
+    for char in value:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char in _BIDI or unicodedata.category(char) == "Cc":
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def still_blocked(schedule_id: str, reason: str) -> None:
     """The stderr note after an update of a blocked schedule: the update
     succeeded, and the block (which only `resume` clears) is still there."""
     click.echo(
-        f"wfsched: note: {schedule_id} is still blocked ({' '.join(reason.split())});"
-        f" only `wfsched resume {schedule_id}` clears a block",
+        printable(
+            f"wfsched: note: {schedule_id} is still blocked ({' '.join(reason.split())});"
+            f" only `wfsched resume {schedule_id}` clears a block"
+        ),
         err=True,
     )
 
@@ -56,11 +88,29 @@ def add_row(grid: Table, *cells: Any) -> None:
     """Cells as plain text: a command like `["a", "[b]"]` is not rich markup."""
     from rich.text import Text
 
-    grid.add_row(*(Text(text(cell)) for cell in cells))
+    grid.add_row(*(Text(printable(text(cell))) for cell in cells))
 
 
 def show(console: Console, renderable: Any) -> None:
     console.print(renderable)
+
+
+def next_page(*words: str, options: dict[str, Any], cursor: str) -> None:
+    """Print the command for the next page: the same query (every filter and
+    the limit that were given, and `--store` when it was given on the
+    command line), plus `--page CURSOR`."""
+    import shlex
+
+    command = ["wfsched"]
+    root = click.get_current_context().find_root()
+    if root.get_parameter_source("store") is click.core.ParameterSource.COMMANDLINE:
+        command += ["--store", str(root.params["store"])]
+    command += words
+    for name, value in options.items():
+        if value is not None:
+            command += [name, str(value)]
+    command += ["--page", cursor]
+    say(f"next page: {shlex.join(command)}")
 
 
 # ------------------------------------------------------------------ times
@@ -73,33 +123,29 @@ def _zone(name: str) -> tzinfo:
     return ZoneInfo(name)
 
 
-def schedule_zone(trigger: dict[str, Any]) -> tzinfo:
-    """The zone a schedule's times are shown in.
+def schedule_zone(view: dict[str, Any]) -> tzinfo:
+    """The zone a schedule's times are shown in: the schedule's, not the operator's.
 
     A cron schedule has its IANA `timezone`; a one-shot's zone is the offset
-    written in `at` (DESIGN section 2: the offset is the zone).
+    written in `at` (the offset is the zone). The schedule view carries it
+    as `zone`.
     """
-    if trigger.get("timezone"):
-        try:
-            return _zone(trigger["timezone"])
-        except (ValueError, OSError):
-            return UTC
-    written = trigger.get("at")
-    if isinstance(written, str):
-        try:
-            moment = datetime.fromisoformat(written.strip())
-        except ValueError:
-            return UTC
-        if moment.tzinfo is not None:
-            return moment.tzinfo
-    return UTC
+    name = view.get("zone")
+    if not isinstance(name, str) or name == "UTC":
+        return UTC
+    match = re.fullmatch(r"([+-])(\d{2}):(\d{2})", name)
+    if match:
+        sign = -1 if match.group(1) == "-" else 1
+        minutes = int(match.group(2)) * 60 + int(match.group(3))
+        return timezone(sign * timedelta(minutes=minutes))
+    try:
+        return _zone(name)
+    except (ValueError, OSError):
+        return UTC
 
 
-def zone_label(trigger: dict[str, Any]) -> str:
-    if trigger.get("timezone"):
-        return str(trigger["timezone"])
-    offset = schedule_zone(trigger).utcoffset(None)
-    return _offset_text(offset.total_seconds()) if offset else "UTC"
+def zone_label(view: dict[str, Any]) -> str:
+    return str(view.get("zone") or "UTC")
 
 
 def local_text(instant: str | None, zone: tzinfo) -> str:
@@ -134,6 +180,17 @@ def _offset_text(seconds: float) -> str:
     sign = "-" if seconds < 0 else "+"
     whole = abs(int(seconds))
     return f"{sign}{whole // 3600:02d}:{whole % 3600 // 60:02d}"
+
+
+def duration_text(seconds: Any) -> str | None:
+    """A duration for people: `10s`, `5m`, `2h`, `1d` (JSON keeps seconds)."""
+    if seconds is None or isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return seconds if seconds is None else str(seconds)
+    from wfsched.timeutil import format_duration
+
+    if seconds != int(seconds):
+        return f"{seconds:g}s"
+    return format_duration(int(seconds))
 
 
 def trigger_text(trigger: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ import click
 
 from wfsched.cli import CliState, pass_state
 from wfsched.cli.output import print_json, say
-from wfsched.errors import NotFoundError, OperationError, UsageError
+from wfsched.cli.params import Duration
+from wfsched.errors import OperationError
 
 if TYPE_CHECKING:
     from wfsched.retention import PruneReport
@@ -21,13 +22,14 @@ SHOWN_RUN_IDS = 20
     "--older-than",
     "older_than",
     required=True,
+    type=Duration(fractions=False),
     metavar="DURATION",
     help="Age bound: seconds or <n>s|m|h|d, e.g. 30d.",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be removed; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_state
-def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> None:
+def prune(state: CliState, older_than: float, dry_run: bool, as_json: bool) -> None:
     """Remove finished runs (rows, attempts, run directories) and ledger rows
     older than DURATION.
 
@@ -37,19 +39,16 @@ def prune(state: CliState, older_than: str, dry_run: bool, as_json: bool) -> Non
     schedule's history stays accounted for by a `pruned` summary row. Safe
     while a supervisor runs.
     """
+    from wfsched.retention import PruneReport
     from wfsched.retention import prune as prune_store
-    from wfsched.timeutil import parse_duration
 
-    text = older_than.strip()
-    try:
-        # isascii: "²".isdigit() is true, and int() would refuse it.
-        seconds = parse_duration(int(text) if text.isascii() and text.isdigit() else text)
-    except ValueError as exc:
-        raise UsageError(f"--older-than: {exc}") from None
-    store = state.store(create=False)
+    seconds = int(older_than)
+    store = state.read_store()
     if store is None:
-        raise NotFoundError(f"no store at {state.resolved_store_path()}; nothing to prune")
-    report = prune_store(store, seconds, state.clock(), dry_run=dry_run)
+        # Nothing to prune, and a prune must not create a store to say so.
+        report = PruneReport(cutoff=state.clock() - seconds, dry_run=dry_run)
+    else:
+        report = prune_store(store, seconds, state.clock(), dry_run=dry_run)
     if as_json:
         print_json({"older_than": seconds, **report.to_json()})
     else:

@@ -8,14 +8,18 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import tzinfo
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from wfsched.cli import CliState, pass_state
+from wfsched.cli.complete import run_argument, schedule_argument, schedule_ids
 from wfsched.cli.output import (
     add_row,
+    duration_text,
     local_text,
+    next_page,
     print_json,
     say,
     schedule_zone,
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+DEFAULT_PAGE = 20
 ANSWER_WAIT = 5.0
 """Seconds a request waits for a running supervisor's answer (it polls every 1 s)."""
 
@@ -47,13 +52,21 @@ def _list_options(command: F) -> F:
     for option in reversed(
         (
             click.option(
-                "--schedule", "schedule_id", metavar="ID", help="Only runs of this schedule."
+                "--schedule",
+                "schedule_id",
+                metavar="ID",
+                help="Only runs of this schedule.",
+                shell_complete=schedule_ids,
             ),
             click.option(
                 "--status", metavar="STATE", help="admitted|running|interrupted|completed|failed"
             ),
             click.option(
-                "--limit", type=int, default=20, show_default=True, help="Rows per page (1..100)."
+                "--limit",
+                type=int,
+                default=DEFAULT_PAGE,
+                show_default=True,
+                help="Rows per page (1..100).",
             ),
             click.option(
                 "--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page."
@@ -99,12 +112,26 @@ def list_runs(
     cursor: str | None,
     as_json: bool,
 ) -> None:
-    """Runs, newest first."""
-    items, next_cursor = _runs(state).list(
-        schedule_id=schedule_id, status=status, limit=limit, cursor=cursor
-    )
+    """Runs, newest first.
+
+    "scheduled (local)" is in the schedule's own zone, never the operator's.
+    The line under the table gives the command for the next page.
+    """
+    from wfsched.runs import Runs, check_list_arguments
+
+    check_list_arguments(status=status, limit=limit, cursor=cursor)
+    store = state.read_store()
+    items: list[dict[str, Any]] = []
+    next_cursor = None
+    if store is not None:
+        items, next_cursor = Runs(store, clock=state.clock).list(
+            schedule_id=schedule_id, status=status, limit=limit, cursor=cursor
+        )
     if as_json:
         print_json({"items": items, "next_cursor": next_cursor})
+        return
+    if not items:
+        say(_no_runs_text(schedule_id, status, cursor))
         return
     zones = _Zones(state)
     grid = table(
@@ -124,11 +151,27 @@ def list_runs(
         )
     show(state.get_console(), grid)
     if next_cursor:
-        say(f"next page: wfsched runs --page {next_cursor}")
+        next_page(
+            "runs",
+            options={
+                "--schedule": schedule_id,
+                "--status": status,
+                "--limit": limit if limit != DEFAULT_PAGE else None,
+            },
+            cursor=next_cursor,
+        )
+
+
+def _no_runs_text(schedule_id: str | None, status: str | None, cursor: str | None) -> str:
+    """`no runs`, `no failed runs of nightly`: an empty listing says so."""
+    text = f"no {status} runs" if status else "no runs"
+    if schedule_id:
+        text += f" of {schedule_id}"
+    return text + (" on this page" if cursor else "")
 
 
 @runs.command("show")
-@click.argument("run")
+@run_argument()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_state
 def show_run(state: CliState, run: str, as_json: bool) -> None:
@@ -146,7 +189,9 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
         when = view[key]
         add_row(grid, key, f"{when}  ({local_text(when, zone)})" if when else None)
     for key, value in view["invocation"].items():
-        add_row(grid, f"invocation.{key}", value)
+        add_row(grid, f"invocation.{key}", duration_text(value) if key == "timeout" else value)
+    add_row(grid, "run_dir", view["run_dir"])
+    add_row(grid, "failure hook", _hooks_text(view))
     show(state.get_console(), grid)
     if view["attempts"]:
         attempts = table("attempt", "state", "started", "finished", "exit", "reason")
@@ -155,18 +200,112 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
         show(state.get_console(), attempts)
     else:
         say("not started yet: no attempts, no output")
+        return
+    if view["stderr_tail"]:
+        say(f"last lines of stderr (attempt {view['attempts'][-1]['attempt']}):")
+        for line in view["stderr_tail"]:
+            say(f"  {line}")
+    else:
+        say(f"stderr of attempt {view['attempts'][-1]['attempt']} is empty")
+
+
+def _hooks_text(view: dict[str, Any]) -> str:
+    """Did the alert go out? One phrase per hook fired for this run."""
+    if not view["failure_hooks"]:
+        if view["state"] == "failed":
+            return "none ran (no hook configured, or the run was cancelled)"
+        return "none (the run did not fail)"
+    parts = []
+    for hook in view["failure_hooks"]:
+        text = f"attempt {hook['attempt']}: {hook['state']}"
+        if hook["reason"]:
+            text += f" ({hook['reason']})"
+        if hook["finished_at"]:
+            text += f" at {hook['finished_at']}"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 @runs.command("logs")
-@click.argument("run")
-@click.option("--stderr", is_flag=True, help="Show stderr instead of stdout.")
+@run_argument()
+@click.option("--stdout", "only_stdout", is_flag=True, help="Show stdout only, unlabelled.")
+@click.option("--stderr", is_flag=True, help="Show stderr only, unlabelled.")
 @click.option("--attempt", type=int, help="Attempt number (default: the latest).")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing until the attempt ends.")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep printing until the attempt ends (stdout unless --stderr).",
+)
 @pass_state
-def logs(state: CliState, run: str, stderr: bool, attempt: int | None, follow: bool) -> None:
-    """Print a run's log."""
+def logs(
+    state: CliState,
+    run: str,
+    only_stdout: bool,
+    stderr: bool,
+    attempt: int | None,
+    follow: bool,
+) -> None:
+    """Print a run's output.
+
+    With neither --stdout nor --stderr, both streams are shown: stdout as is
+    when stderr is empty, otherwise each under a `==> stdout (N bytes) <==`
+    label. --follow follows one stream (stdout unless --stderr) and says how
+    much the other one holds.
+    """
+    if only_stdout and stderr:
+        raise UsageError("--stdout and --stderr cannot be combined; give neither for both")
     api = _runs(state)
-    path = api.log_file(run, attempt=attempt, stderr=stderr)
+    if stderr or only_stdout or follow:
+        path = api.log_file(run, attempt=attempt, stderr=stderr)
+        _copy_log(api, run, attempt, path, follow)
+        if follow and not only_stdout:
+            _mention_other(api.log_file(run, attempt=attempt, stderr=not stderr))
+        return
+    out_path = api.log_file(run, attempt=attempt, stderr=False)
+    err_path = api.log_file(run, attempt=attempt, stderr=True)
+    err_size = _size(err_path)
+    if not err_size:
+        if not out_path.exists() and not err_path.exists():
+            raise NotFoundError(f"{out_path.parent}: no log written (yet)")
+        if not _size(out_path):
+            click.echo(
+                f"wfsched: note: {api.run(run).run_id} wrote nothing to stdout or stderr", err=True
+            )
+            return
+        _copy_log(api, run, attempt, out_path, False)
+        return
+    for name, path in (("stdout", out_path), ("stderr", err_path)):
+        say(f"==> {name} ({_size(path)} bytes) <==")
+        if _size(path):
+            _copy_log(api, run, attempt, path, False)
+            _end_line(path)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _end_line(path: Path) -> None:
+    """Keep the next label on a line of its own after output without a final newline."""
+    with open(path, "rb") as handle:
+        handle.seek(-1, 2)
+        if handle.read(1) != b"\n":
+            sys.stdout.buffer.write(b"\n")
+            sys.stdout.buffer.flush()
+
+
+def _mention_other(path: Path) -> None:
+    size = _size(path)
+    if size:
+        stream = "stderr" if path.name.startswith("stderr") else "stdout"
+        click.echo(f"wfsched: note: {stream} has {size} bytes (`--{stream}` shows it)", err=True)
+
+
+def _copy_log(api: Runs, run: str, attempt: int | None, path: Path, follow: bool) -> None:
     out = sys.stdout.buffer
     if not path.exists():
         raise NotFoundError(f"{path}: no log written (yet)")
@@ -186,7 +325,7 @@ def logs(state: CliState, run: str, stderr: bool, attempt: int | None, follow: b
 
 
 @runs.command("resume")
-@click.argument("run")
+@run_argument()
 @click.option(
     "--input",
     "input_file",
@@ -209,7 +348,7 @@ def resume(state: CliState, run: str, input_file: Any) -> None:
 
 
 @runs.command("cancel")
-@click.argument("run")
+@run_argument()
 @pass_state
 def cancel(state: CliState, run: str) -> None:
     """Terminate a run's process group (SIGTERM, kill_grace, SIGKILL)."""
@@ -222,7 +361,7 @@ def cancel(state: CliState, run: str) -> None:
 
 
 @click.command()
-@click.argument("schedule_id", metavar="ID")
+@schedule_argument()
 @pass_state
 def trigger(state: CliState, schedule_id: str) -> None:
     """Start a manual run of the schedule's current definition now.
@@ -243,8 +382,7 @@ class _Zones:
 
     def of(self, schedule_id: str) -> tzinfo:
         if schedule_id not in self._zones:
-            trigger = self._state.reads().get(schedule_id)["trigger"]
-            self._zones[schedule_id] = schedule_zone(trigger)
+            self._zones[schedule_id] = schedule_zone(self._state.reads().get(schedule_id))
         return self._zones[schedule_id]
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from wfsched.cli import CliState, output, pass_state
+from wfsched.cli.complete import schedule_argument
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
@@ -24,28 +25,8 @@ if TYPE_CHECKING:
 DEFAULT_PAGE = 20
 
 
-def _complete_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-    """Schedule ids from the store for shell completion; silent on any failure."""
-    from click.shell_completion import CompletionItem
-
-    state = CliState(store_option=ctx.find_root().params.get("store"))
-    try:
-        store = state.store(create=False)
-        if store is None:
-            return []
-        try:
-            ids = [row.id for row in store.list_schedules(include_deleted=True)]
-        finally:
-            store.close()
-    except Exception:
-        return []
-    return [
-        CompletionItem(schedule_id) for schedule_id in ids if schedule_id.startswith(incomplete)
-    ]
-
-
 def _id_argument() -> Any:
-    return click.argument("schedule_id", metavar="ID", shell_complete=_complete_ids)
+    return schedule_argument()
 
 
 _json_option = click.option(
@@ -67,7 +48,7 @@ def _load(state: CliState, file: str) -> Definition:
 def _next_due_text(view: dict[str, Any]) -> str:
     if view["next_due"] is None:
         return f"no next due instant ({view['state']})"
-    zone = output.schedule_zone(view["trigger"])
+    zone = output.schedule_zone(view)
     return f"next due {view['next_due']} ({output.local_text(view['next_due'], zone)})"
 
 
@@ -78,14 +59,47 @@ def _next_due_text(view: dict[str, Any]) -> str:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @pass_state
 def validate(state: CliState, files: tuple[str, ...]) -> None:
-    """Check definition FILEs; write nothing.
+    """Check definition FILEs; write nothing. `-` reads stdin.
 
-    Prints `ok FILE (ID)` per valid file and stops with exit status 2 at the
-    first invalid one, naming the file and the key path. `-` reads stdin.
+    Prints `ok FILE (ID)` per valid file and one error line per invalid file
+    (naming the file and the key path), then exits 2 if any was invalid.
+    Warns, without failing, when a command's executable is not found on the
+    current PATH or its cwd does not exist here: the supervisor checks both
+    again when each run is admitted.
     """
+    from wfsched.errors import DefinitionErrors
+
+    errors: list[DefinitionError] = []
     for file in files:
-        defn = _load(state, file)
+        try:
+            defn = _load(state, file)
+        except DefinitionError as exc:
+            errors.append(exc)
+            continue
         output.say(f"ok {file} ({defn.id})")
+        _warn_unlaunchable(file, defn)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise DefinitionErrors(errors, len(files))
+
+
+def _warn_unlaunchable(file: str, defn: Definition) -> None:
+    """The admission preflight, run here as a warning: the host that runs
+    `validate` may not be the one that runs the job."""
+    import os
+
+    from wfsched.preflight import preflight
+
+    problem = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
+    if problem is not None:
+        click.echo(
+            output.printable(
+                f"wfsched: warning: {file}: run: {problem} here"
+                " (checked again when each run is admitted)"
+            ),
+            err=True,
+        )
 
 
 # -------------------------------------------------------------------- create
@@ -117,9 +131,12 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     """Make the store match the definitions under PATHs (files or folders).
 
     Creates new schedules, updates changed ones, keeps unchanged ones (only
-    `*.toml` files count in folders). Every file is validated first: if one is
-    invalid nothing is written. One line per schedule:
-    `created|updated|unchanged|deleted ID (revision N)`.
+    `*.toml` files count in folders). Every file is validated first: if any
+    is invalid, each is reported and nothing is written. One line per
+    schedule: `created|updated|unchanged|deleted ID (revision N)`, then a
+    summary naming the store written to. Replacing a revision made by `edit`
+    or `update` since the schedule was last applied warns on stderr, naming
+    both revisions (the folder wins).
     """
     if dry_run and state.store(create=False) is None:
         actions = _dry_run_against_empty_store(state, paths, prune)
@@ -131,10 +148,25 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
         output.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
         if action.blocked_reason and not dry_run:
             output.still_blocked(action.schedule_id, action.blocked_reason)
-    summary = ", ".join(f"{count} {name}" for name, count in tally.items())
+        if action.outside is not None:
+            last, replaced = action.outside
+            verb = "would replace" if dry_run else "replaced"
+            click.echo(
+                f"wfsched: warning: {action.schedule_id}: apply {verb} revision {replaced},"
+                f" made by `edit` or `update` after revision {last} was applied from the"
+                f" folder, with revision {action.revision} from {action.source}",
+                err=True,
+            )
     if not actions:
-        summary = "no definitions found"
-    output.say(f"{summary} (dry run: nothing written)" if dry_run else summary)
+        output.say("no definitions found")
+        return
+    summary = ", ".join(f"{count} {name}" for name, count in tally.items())
+    where = state.resolved_store_path()
+    output.say(
+        f"{summary} (dry run: nothing written to {where})"
+        if dry_run
+        else f"{summary} in store {where}"
+    )
 
 
 def _dry_run_against_empty_store(state: CliState, paths: tuple[str, ...], prune: bool) -> list[Any]:
@@ -189,29 +221,35 @@ def _toml_of(admin: Admin, schedule_id: str) -> tuple[str, int]:
 
 
 def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
-    zone = output.schedule_zone(view["trigger"])
+    zone = output.schedule_zone(view)
     run, policy = view["run"], view["policy"]
     fields: list[tuple[str, Any]] = [
         ("id", view["id"]),
         ("description", view["description"]),
         ("state", view["state"]),
         ("blocked reason", view["blocked_reason"]),
+        (
+            "preflight-rejected",
+            _rejection_line(view["id"], view["preflight_rejected"])
+            if view.get("preflight_rejected")
+            else None,
+        ),
         ("revision", view["revision"]),
         ("trigger", output.trigger_text(view["trigger"])),
-        ("zone", output.zone_label(view["trigger"])),
+        ("zone", output.zone_label(view)),
         ("next due (UTC)", output.utc_text(view["next_due"])),
         ("next due (local)", output.local_text(view["next_due"], zone)),
         ("pending", view.get("pending")),
         ("command", run["command"]),
         ("cwd", run["cwd"]),
         ("env", run["env"] or None),
-        ("timeout", run["timeout"]),
-        ("kill grace", run["kill_grace"]),
+        ("timeout", output.duration_text(run["timeout"])),
+        ("kill grace", output.duration_text(run["kill_grace"])),
         ("interrupt exit code", run["interrupt_exit_code"]),
         ("overlap", policy["overlap"]),
         ("max active runs", policy["max_active_runs"]),
         ("misfire", policy["misfire"]),
-        ("lateness", policy["lateness"]),
+        ("lateness", output.duration_text(policy["lateness"])),
         ("on failure", view["notify"]["on_failure"]),
         ("input bindings", len(view["input"])),
         ("active runs", view["active_runs"]),
@@ -222,7 +260,13 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
     grid = output.table("field", "value")
     grid.show_header = False
     for name, value in fields:
-        if value is None and name in ("blocked reason", "pending", "deleted", "description"):
+        if value is None and name in (
+            "blocked reason",
+            "preflight-rejected",
+            "pending",
+            "deleted",
+            "description",
+        ):
             continue
         output.add_row(grid, name, value)
     output.show(state.get_console(), grid)
@@ -236,8 +280,12 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
 @_json_option
 @pass_state
 def list_(state: CliState, show_all: bool, as_json: bool) -> None:
-    """List schedules: state, next due, last outcome, active runs."""
-    store = state.store(create=False)
+    """List schedules: state, next due, last outcome, active runs.
+
+    LOCAL is the schedule's own zone (its timezone, or the offset written in
+    a one-shot's `at`), never the operator's.
+    """
+    store = state.read_store()
     items: list[dict[str, Any]] = []
     if store is not None:
         items = state.reads().schedules(include_deleted=show_all)
@@ -259,13 +307,15 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
         "ACTIVE",
     )
     for view in items:
-        zone = output.schedule_zone(view["trigger"])
+        zone = output.schedule_zone(view)
         output.add_row(
             grid,
             view["id"],
-            view["state"],
+            f"{view['state']}, preflight-rejected"
+            if view.get("preflight_rejected")
+            else view["state"],
             output.trigger_text(view["trigger"]),
-            output.zone_label(view["trigger"]),
+            output.zone_label(view),
             output.utc_text(view["next_due"]),
             output.local_text(view["next_due"], zone),
             view["revision"],
@@ -276,6 +326,16 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
     for view in items:
         if view["blocked_reason"]:
             output.say(f"blocked {view['id']}: {view['blocked_reason']}")
+    for view in items:
+        if view.get("preflight_rejected"):
+            output.say(_rejection_line(view["id"], view["preflight_rejected"]))
+
+
+def _rejection_line(schedule_id: str, rejection: dict[str, Any]) -> str:
+    return (
+        f"preflight-rejected {schedule_id} at {rejection['scheduled_at']}: {rejection['reason']}"
+        " (a failure until a later run succeeds)"
+    )
 
 
 # -------------------------------------------------------------------- update
@@ -292,7 +352,11 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
 )
 @pass_state
 def update(state: CliState, file: str, expected_revision: int) -> None:
-    """Replace a schedule's definition with FILE (`-` reads stdin)."""
+    """Replace a schedule's definition with FILE (`-` reads stdin).
+
+    A definition identical to the stored one is a no-op, like a no-op `edit`:
+    exit 0, the revision stays, and it says `unchanged`.
+    """
     defn = _load(state, file)
     view, changed = state.admin().update(defn, expected_revision)
     if changed:
@@ -429,7 +493,10 @@ _NOTES = {
 @_json_option
 @pass_state
 def next_(state: CliState, schedule_id: str, count: int, after: str | None, as_json: bool) -> None:
-    """Upcoming instants in UTC and local time, marking DST gaps and folds."""
+    """Upcoming instants in UTC and local time, marking DST gaps and folds.
+
+    Local time is the schedule's own zone, never the operator's.
+    """
     items = state.admin().next(schedule_id, count=count, after=after)
     if as_json:
         output.print_json({"items": items})
@@ -466,6 +533,8 @@ def occurrences(
     one page at a time.
 
     A held candidate shows as a `pending` row at the top of the first page.
+    LOCAL is the schedule's own zone, never the operator's. The line under
+    the table gives the command for the next page.
     """
     items, next_cursor = state.reads().occurrences(schedule_id, limit=limit, cursor=cursor)
     if as_json:
@@ -474,7 +543,7 @@ def occurrences(
     if not items:
         output.say(f"no occurrences recorded for {schedule_id} yet")
     else:
-        zone = output.schedule_zone(state.reads().get(schedule_id)["trigger"])
+        zone = output.schedule_zone(state.reads().get(schedule_id))
         grid = output.table("SCHEDULED (UTC)", "LOCAL", "STATE", "REV", "RUN", "REASON")
         for item in items:
             scheduled, local, state_text = _occurrence_cells(item, zone)
@@ -483,8 +552,12 @@ def occurrences(
             )
         output.show(state.get_console(), grid)
     if next_cursor is not None:
-        more = f" --limit {limit}" if limit != DEFAULT_PAGE else ""
-        output.say(f"next page: wfsched occurrences {schedule_id} --page {next_cursor}{more}")
+        output.next_page(
+            "occurrences",
+            schedule_id,
+            options={"--limit": limit if limit != DEFAULT_PAGE else None},
+            cursor=next_cursor,
+        )
 
 
 def _occurrence_cells(item: dict[str, Any], zone: Any) -> tuple[str, str, str]:
@@ -513,7 +586,7 @@ def status(state: CliState, as_json: bool) -> None:
     from wfsched.status import status as store_status
     from wfsched.status import status_without_store
 
-    store = state.store(create=False)
+    store = state.read_store()
     if store is None:
         info = status_without_store(state.resolved_store_path())
     else:
@@ -560,9 +633,12 @@ def status(state: CliState, as_json: bool) -> None:
             "launcher",
             f"DOWN since {launcher['since']}: {launcher['last_error']}; runs wait, retrying",
         )
+    output.add_row(grid, "preflight-rejected", len(info["preflight_rejected"]))
     output.show(state.get_console(), grid)
     for blocked in info["blocked"]:
         output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")
+    for rejection in info["preflight_rejected"]:
+        output.say(_rejection_line(rejection["schedule_id"], rejection))
 
 
 def _errors_line(errors: dict[str, Any]) -> str:

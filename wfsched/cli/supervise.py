@@ -10,6 +10,7 @@ import click
 
 from wfsched import early_stop
 from wfsched.cli import CliState, pass_state
+from wfsched.cli.params import Duration
 
 if TYPE_CHECKING:
     from wfsched.eventlog import EventLog
@@ -19,10 +20,18 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option("--poll-interval", type=float, help="Seconds between polls when nothing is due. [1]")
+@click.option(
+    "--poll-interval",
+    type=Duration(),
+    metavar="DURATION",
+    help="Time between polls when nothing is due: seconds or <n>s|m|h|d. [1s]",
+)
 @click.option("--max-concurrent-runs", type=int, help="Scheduled runs executing at once. [4]")
 @click.option(
-    "--drain-grace", type=float, help="Seconds SIGTERM waits for runs before cancelling. [30]"
+    "--drain-grace",
+    type=Duration(),
+    metavar="DURATION",
+    help="How long SIGTERM waits for runs before cancelling: seconds or <n>s|m|h|d. [30s]",
 )
 @click.option(
     "--apply",
@@ -82,8 +91,9 @@ def supervise(
     server = None
     observer = None
     if config.metrics_listen is not None:
+        from wfsched.listen import parse_listen
         from wfsched.metrics import Metrics
-        from wfsched.metrics_server import MetricsServer, parse_listen
+        from wfsched.metrics_server import MetricsServer
 
         source = "--metrics" if metrics is not None else f"{root / CONFIG_NAME}: metrics_listen"
         server = MetricsServer(parse_listen(config.metrics_listen), source)
@@ -130,7 +140,17 @@ def _apply(store: Store, apply_dir: str, state: CliState, log: EventLog) -> None
     from wfsched.admin import Admin
 
     for action in Admin(store, state.clock).apply([apply_dir]):
-        log("applied", schedule=action.schedule_id, action=action.action)
+        if action.outside is not None:
+            # The folder wins over a revision made by `edit`/`update`; say so.
+            log(
+                "applied",
+                schedule=action.schedule_id,
+                action=action.action,
+                replaced_outside_revision=action.outside[1],
+                last_applied_revision=action.outside[0],
+            )
+        else:
+            log("applied", schedule=action.schedule_id, action=action.action)
 
 
 def register(group: click.Group) -> None:

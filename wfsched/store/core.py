@@ -24,6 +24,7 @@ from wfsched.store.audit import AuditQueries
 from wfsched.store.batching import chunked
 from wfsched.store.dialect import SQLITE
 from wfsched.store.metrics import MetricsQueries
+from wfsched.store.operator import OperatorQueries
 from wfsched.store.retention import RetentionQueries
 from wfsched.store.rows import (
     AttemptRow,
@@ -92,7 +93,7 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries):
+class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
     Implements `wfsched.store.interface.Store`. Query groups for `audit` and

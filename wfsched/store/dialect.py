@@ -71,6 +71,11 @@ class Dialect(ABC):
         )
 
     @abstractmethod
+    def data_version(self) -> str:
+        """A query answering one integer that changes when another connection
+        commits (and only then), so a reader knows when to look again."""
+
+    @abstractmethod
     def group_concat(self, expression: str) -> str:
         """Aggregate `expression` into one comma-separated string."""
 
@@ -108,6 +113,9 @@ class SQLiteDialect(Dialect):
 
     def expected_schema(self) -> dict[tuple[str, str], str]:
         return _sqlite_expected_schema()
+
+    def data_version(self) -> str:
+        return "PRAGMA data_version"
 
     def group_concat(self, expression: str) -> str:
         return f"GROUP_CONCAT({expression})"

@@ -32,8 +32,10 @@ from wfsched.store.rows import (
     AttemptRow,
     LedgerItem,
     LedgerRow,
+    NotificationRow,
     OccurrenceRow,
     PrunableRow,
+    RejectionRow,
     RequestRow,
     RevisionRow,
     RunAttempts,
@@ -399,4 +401,47 @@ class Store(Protocol):
 
     def run_facts(self, seqs: Sequence[int]) -> list[RunFact]:
         """The few columns metrics need of the runs a tick launched or ended."""
+        ...
+
+    # -- what the operator sees of failures and of `apply` ---------------------------------
+
+    def insert_notification(
+        self,
+        schedule_id: str,
+        run_seq: int | None,
+        scheduled_at: int | None,
+        attempt: int,
+        now: float,
+        *,
+        state: str = "running",
+        reason: str | None = None,
+    ) -> int:
+        """Record a failure hook's launch (or its outcome, when `state` is
+        final); `run_seq` None for a preflight-rejected occurrence. Its seq."""
+        ...
+
+    def finish_notification(self, seq: int, state: str, reason: str | None, now: float) -> None:
+        """Record a running hook's outcome; a finished one is left alone."""
+        ...
+
+    def abandon_notifications(self, reason: str, now: float) -> int:
+        """Fail hooks recorded as running by a supervisor that is gone (a hook
+        runs once, so it is never re-run). How many."""
+        ...
+
+    def run_notifications(self, run_seq: int) -> list[NotificationRow]:
+        """A run's hook outcomes, by attempt."""
+        ...
+
+    def standing_rejections(self) -> list[RejectionRow]:
+        """Per live schedule, its newest preflight rejection not followed by a
+        completed run."""
+        ...
+
+    def set_applied(self, schedule_id: str, revision: int, now: float) -> None:
+        """Remember the revision `apply` last gave `schedule_id`."""
+        ...
+
+    def applied_revisions(self, schedule_ids: Iterable[str]) -> dict[str, int]:
+        """The revision `apply` last gave each of `schedule_ids` that it touched."""
         ...

@@ -8,9 +8,11 @@ range that is empty on an idle tick) and for the few rows the tick changed.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from wfsched.store.batching import chunked
+from wfsched.store.connection import Connected
 
 _UNFINISHED = "state IN ('admitted', 'running', 'interrupted')"
 
@@ -50,27 +52,25 @@ class RunFact:
     attempt: int
 
 
-class MetricsQueries:
-    _conn: sqlite3.Connection
-
+class MetricsQueries(Connected):
     def data_version(self) -> int:
         """Changes whenever another connection (a CLI command) commits; our own
         commits leave it alone, so the tick knows when to re-read schedules."""
-        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        return int(self._execute(self.dialect.data_version()).fetchone()[0])
 
     def schedule_ids_updated_since(self, since: float) -> list[str]:
         """Schedules an administrative change stamped at or after `since`."""
-        rows = self._conn.execute("SELECT id FROM schedules WHERE updated_at >= ?", (since,))
+        rows = self._execute("SELECT id FROM schedules WHERE updated_at >= ?", (since,))
         return [row[0] for row in rows]
 
     def last_occurrence_seq(self) -> int:
-        row = self._conn.execute("SELECT MAX(seq) FROM occurrences").fetchone()
+        row = self._execute("SELECT MAX(seq) FROM occurrences").fetchone()
         return int(row[0] or 0)
 
     def ledger_counts(self, after_seq: int, through_seq: int) -> list[LedgerCount]:
         """Ledger rows with `after_seq < seq <= through_seq`, grouped. Rows that
         record pruning are bookkeeping, not decisions, and are left out."""
-        rows = self._conn.execute(
+        rows = self._execute(
             "SELECT schedule_id, state, reason, COUNT(*), MAX(recorded_at) FROM occurrences"
             " WHERE seq > ? AND seq <= ? AND state != 'pruned'"
             " GROUP BY schedule_id, state, reason",
@@ -79,10 +79,10 @@ class MetricsQueries:
         return [LedgerCount(*row) for row in rows]
 
     def finished_run_counts(self) -> list[RunCount]:
-        rows = self._conn.execute(
-            "SELECT schedule_id, state, reason IS 'cancelled', COUNT(*), MAX(finished_at)"
-            " FROM runs WHERE state IN ('completed', 'failed')"
-            " GROUP BY schedule_id, state, reason IS 'cancelled'"
+        rows = self._execute(
+            "SELECT schedule_id, state, COALESCE(reason, '') = 'cancelled', COUNT(*),"
+            " MAX(finished_at) FROM runs WHERE state IN ('completed', 'failed')"
+            " GROUP BY schedule_id, state, COALESCE(reason, '') = 'cancelled'"
         )
         return [
             RunCount(schedule_id, state, bool(cancelled), count, last)
@@ -91,19 +91,15 @@ class MetricsQueries:
 
     def unfinished_run_states(self) -> dict[str, int]:
         """Unfinished runs (scheduled and manual) by state: a partial-index count."""
-        rows = self._conn.execute(
-            f"SELECT state, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY state"
-        )
+        rows = self._execute(f"SELECT state, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY state")
         return dict(rows.fetchall())
 
     def run_facts(self, seqs: Sequence[int]) -> list[RunFact]:
         """The few columns metrics need of the runs a tick launched or ended."""
         found: list[RunFact] = []
-        wanted = list(seqs)
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
+        for chunk in chunked(seqs):
             marks = ",".join("?" for _ in chunk)
-            rows = self._conn.execute(
+            rows = self._execute(
                 "SELECT seq, schedule_id, kind, scheduled_at, state, reason, started_at,"
                 f" finished_at, attempt FROM runs WHERE seq IN ({marks})",
                 chunk,

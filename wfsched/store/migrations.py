@@ -174,6 +174,45 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "revisions.watermark",
         ["ALTER TABLE revisions ADD COLUMN watermark INTEGER"],
     ),
+    (
+        4,
+        # Operator visibility (issue 8). A failure hook's outcome is recorded,
+        # so `runs show` can say whether the alert went out after the log is
+        # gone. Preflight rejections are found per schedule through a small
+        # partial index, so `list`/`status` can flag them until a run
+        # succeeds. `applied` remembers the revision each schedule got from
+        # `apply`, so an apply can warn when it replaces a revision made
+        # outside the folder (by `edit` or `update`).
+        # (Version 2 is another change's; the runner applies every version
+        # above the stored one, in order.)
+        "failure-hook outcomes, preflight-rejection index, applied revisions",
+        [
+            """
+            CREATE TABLE notifications (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                schedule_id TEXT NOT NULL,
+                run_seq INTEGER,
+                scheduled_at INTEGER,
+                attempt INTEGER NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed')),
+                reason TEXT,
+                started_at REAL NOT NULL,
+                finished_at REAL
+            )
+            """,
+            "CREATE INDEX notifications_run ON notifications(run_seq, attempt)"
+            " WHERE run_seq IS NOT NULL",
+            "CREATE INDEX occurrences_rejected ON occurrences(schedule_id, seq)"
+            " WHERE state = 'preflight-rejected'",
+            """
+            CREATE TABLE applied (
+                schedule_id TEXT PRIMARY KEY REFERENCES schedules(id),
+                revision INTEGER NOT NULL,
+                applied_at REAL NOT NULL
+            )
+            """,
+        ],
+    ),
 ]
 
 

@@ -149,6 +149,11 @@ class RetentionQueries(Connected):
         runs = attempts = 0
         for chunk in chunked(run_seqs):
             marks = _marks(chunk)
+            self._execute(
+                f"DELETE FROM notifications WHERE run_seq IN (SELECT seq FROM runs"
+                f" WHERE seq IN ({marks}) AND state IN {_FINISHED})",
+                chunk,
+            )
             attempts += self._execute(
                 f"DELETE FROM attempts WHERE run_seq IN (SELECT seq FROM runs"
                 f" WHERE seq IN ({marks}) AND state IN {_FINISHED})",

@@ -179,6 +179,31 @@ class PrunableRow:
     run_seq: int | None
 
 
+@dataclass(frozen=True)
+class NotificationRow:
+    """One failure hook: of a run's attempt, or of a preflight-rejected
+    occurrence (no run: `run_seq` is None, `attempt` 0)."""
+
+    seq: int
+    schedule_id: str
+    run_seq: int | None
+    scheduled_at: int | None
+    attempt: int
+    state: str
+    reason: str | None
+    started_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class RejectionRow:
+    """A schedule's newest preflight rejection with no successful run since."""
+
+    schedule_id: str
+    scheduled_at: int
+    reason: str | None
+
+
 def run_id(seq: int) -> str:
     return f"run-{seq:06d}"
 
