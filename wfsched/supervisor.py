@@ -104,7 +104,7 @@ class ProcessControl(Protocol):
     def read_exit(self, record_dir: str) -> ExitRecord | None: ...
     def read_shim(self, record_dir: str) -> ShimHandle | None: ...
     def launch_locked(self, record_dir: str) -> bool: ...
-    def signal_session(self, sid: int, signum: int) -> bool: ...
+    def signal_session(self, shim: ShimHandle, signum: int) -> bool: ...
     def stop(self) -> None: ...
 
 
@@ -153,8 +153,8 @@ class ForkServerControl:
     def launch_locked(self, record_dir: str) -> bool:
         return self._module.launch_locked(record_dir)
 
-    def signal_session(self, sid: int, signum: int) -> bool:
-        return self._module.signal_session(sid, signum)
+    def signal_session(self, shim: ShimHandle, signum: int) -> bool:
+        return self._module.signal_session(shim, signum)
 
     def stop(self) -> None:
         self._launcher.stop()
@@ -1119,7 +1119,7 @@ class Supervisor:
         sid = watch.handle.pid
         now = time.monotonic()
         if watch.kill_at is None:
-            if not self.control.signal_session(sid, signal.SIGTERM):
+            if not self.control.signal_session(watch.handle, signal.SIGTERM):
                 return True
             run = self.store.get_run(watch.run_seq)
             grace = json.loads(run.invocation)["kill_grace"] if run is not None else 0
@@ -1128,7 +1128,8 @@ class Supervisor:
             return False
         if now >= watch.kill_at:
             watch.killed = True
-        return not self.control.signal_session(sid, signal.SIGKILL if watch.killed else 0)
+        signum = signal.SIGKILL if watch.killed else 0
+        return not self.control.signal_session(watch.handle, signum)
 
     def _conclude(self, watch: Watch, record: ExitRecord | None, failure: str | None) -> None:
         self._conclude_all([(watch, record, failure)])
