@@ -17,8 +17,8 @@ import pytest
 
 from tests.test_supervisor_loop import MINUTE, T0, Harness
 from wfsched.faults import InjectedFault
-from wfsched.launcher import LauncherError, LaunchSpec, ShimHandle
-from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
+from wfsched.supervisor import LOST_LAUNCH_TRIES, Supervisor, SupervisorConfig
 
 
 def _with_fault(h: Harness, point: str) -> list[str]:
@@ -218,3 +218,30 @@ def test_one_run_that_cannot_be_prepared_never_stalls_the_others(
     assert _spawned(h) == ["run-000002"]
     first = h.runs.show("run-000001")
     assert first["state"] == "failed" and "cannot prepare" in first["reason"]
+
+
+def test_a_launch_that_kills_every_launcher_fails_not_started_without_a_storm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness(tmp_path / "store")
+    h.define("a", cron="0 * * * *")
+    h.define("b", cron="0 * * * *")
+    calls: list[str] = []
+    real = h.control.spawn
+
+    def spawn(spec: LaunchSpec) -> ShimHandle:
+        calls.append(spec.run_id)
+        if spec.run_id == "run-000001":
+            raise LauncherLost("the fork server exited while launching")
+        return real(spec)
+
+    monkeypatch.setattr(h.control, "spawn", spawn)
+    h.tick_at(T0)
+    assert calls.count("run-000001") == LOST_LAUNCH_TRIES
+    assert _spawned(h) == ["run-000002"]
+    first = h.runs.show("run-000001")
+    assert first["state"] == "failed"
+    assert first["reason"] == (
+        "not started: the launcher was lost 3 times while launching it; the command never ran"
+    )
+    assert [e for e, _ in h.events].count("launcher-lost") == LOST_LAUNCH_TRIES

@@ -73,6 +73,9 @@ REQUEST_TRIES = 5
 """A request (trigger, resume, cancel) whose handling keeps failing is
 answered `refused`, with the error in words, after this many tries: retried
 forever it would be pending forever, and its operator would never learn why."""
+LOST_LAUNCH_TRIES = 3
+"""Launches of one attempt that may each lose the launcher having started
+nothing; the attempt then fails as never started (no replacement storm)."""
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
 
@@ -189,6 +192,7 @@ class Watch:
     supervisor's launcher may still be exiting: there it counts as abandoned.)"""
     never_started: str = NEVER_STARTED
     """The reason recorded when a lost launch proves to have started nothing."""
+    lost_launches: int = 0
 
 
 @dataclass
@@ -898,6 +902,15 @@ class Supervisor:
             locked, handle, finished = True, None, True  # let ingestion fail it closed
         if not (locked or handle or finished):
             # Lock free and no started record: its command never started.
+            watch.lost_launches += 1
+            if watch.lost_launches >= LOST_LAUNCH_TRIES:
+                # A launch that kills every launcher: stop replacing them.
+                reason = (
+                    f"not started: the launcher was lost {watch.lost_launches} times while"
+                    " launching it; the command never ran"
+                )
+                self._finish_unlaunched(run, watch, reason)
+                return None
             self.log("launch-retried", run=run.run_id, reason="the lost launcher started nothing")
             watch.spec = spec
             if self.launcher.up:
