@@ -18,7 +18,7 @@ import pytest
 from tests.test_supervisor_loop import MINUTE, T0, Harness
 from wfsched.faults import InjectedFault
 from wfsched.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
-from wfsched.supervisor import LOST_LAUNCH_TRIES, Supervisor, SupervisorConfig
+from wfsched.supervisor import LOST_LAUNCH_TRIES, REQUEST_TRIES, Supervisor, SupervisorConfig
 
 
 def _with_fault(h: Harness, point: str) -> list[str]:
@@ -245,3 +245,33 @@ def test_a_launch_that_kills_every_launcher_fails_not_started_without_a_storm(
         "not started: the launcher was lost 3 times while launching it; the command never ran"
     )
     assert [e for e, _ in h.events].count("launcher-lost") == LOST_LAUNCH_TRIES
+
+
+def test_a_resume_answered_by_its_mark_is_never_refused_by_a_later_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark answers the resume `done`; an error after it, on the last
+    try the request gets, must not overwrite that answer with `refused`."""
+    h = Harness(tmp_path / "store")
+    h.define_interruptible("i")
+    fired = _with_fault(h, "after-resume-mark")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    real = h.store.insert_attempt
+    failures = [REQUEST_TRIES - 1]
+
+    def insert_attempt(*args: object, **kwargs: object) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise sqlite3.OperationalError("database is locked")
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(h.store, "insert_attempt", insert_attempt)
+    request = h.runs.request_resume("run-000001")
+    for k in range(2, 2 + REQUEST_TRIES):
+        h.tick_at(T0 + k)
+    assert fired
+    assert h.store.get_request(request).state == "done"
+    h.tick_at(T0 + 2 + REQUEST_TRIES)
+    assert h.runs.show("run-000001")["state"] == "failed"

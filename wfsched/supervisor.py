@@ -1285,9 +1285,11 @@ class Supervisor:
             handler(request)
         except Exception as exc:
             tries = self._request_tries[request.seq] = self._request_tries.get(request.seq, 0) + 1
-            if tries >= REQUEST_TRIES:
+            current = self.store.get_request(request.seq)
+            if tries >= REQUEST_TRIES and current is not None and current.state == "pending":
                 # The answer is written first: if the store refuses it too,
-                # the request stays pending and is tried again next tick.
+                # the request stays pending and is tried again next tick. One
+                # already answered (a resume's mark answers it) keeps its answer.
                 reason = f"could not be carried out ({tries} tries): {describe(exc)}"
                 self._answer(request, "refused", reason)
                 del self._request_tries[request.seq]
