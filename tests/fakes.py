@@ -88,9 +88,9 @@ class FakeControl:
             for spec, handle in self.spawned
         )
 
-    def signal_session(self, sid: int, signum: int) -> bool:
-        self.session_signals.append((sid, signum))
-        return sid in self.sessions
+    def signal_session(self, shim: ShimHandle, signum: int) -> bool:
+        self.session_signals.append((shim.pid, signum))
+        return shim.pid in self.sessions
 
     # -- test controls -----------------------------------------------------------
 

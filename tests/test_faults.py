@@ -294,6 +294,35 @@ def test_a_failed_ingestion_in_the_real_supervisor_records_the_exit_once(
     assert_store_invariants(store)
 
 
+@pytest.mark.parametrize("point", ["after-attempt-mark", "after-spawn"])
+def test_an_error_after_the_attempt_mark_in_the_real_supervisor_settles_the_run(
+    tmp_path: Path, point: str
+) -> None:
+    """An error right after the attempt mark committed (`:raise`): the run is
+    settled as a lost launch, never left `running` with nothing watching it.
+    Before the spawn it is recorded failed as never started (the job never
+    ran); after it, the running shim is kept and its exit recorded."""
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    define_one_shot(store, tmp_path, ledger)
+    daemon = Daemon(store, env={"WFSCHED_FAULT": f"{point}:raise"})
+    daemon.wait_started()
+    try:
+        wait_for(lambda: [r for r in runs(store) if r["state"] in FINAL], what="a final run")
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    [run] = runs(store)
+    if point == "after-attempt-mark":
+        assert run["state"] == "failed" and "not started" in run["reason"], run
+        assert "injected fault" in run["reason"]
+        assert not ledger.exists()
+    else:
+        assert run["state"] == "completed", run
+        assert ledger.read_text().split() == ["run-000001", "1", "done"]
+    assert "tick-error phase=launch" in daemon.text()
+    assert_store_invariants(store)
+
+
 # -- the launcher killed ------------------------------------------------------------------
 
 

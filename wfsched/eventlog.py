@@ -19,6 +19,8 @@ class EventLog:
         self.fmt = fmt
         self.stream = stream or sys.stderr
         self.clock = clock
+        self.dropped = 0
+        """Lines that could not be written (a closed pipe, a full disk)."""
 
     def __call__(self, event: str, **fields: Any) -> None:
         at = format_event(self.clock())
@@ -28,8 +30,14 @@ class EventLog:
         else:
             details = " ".join(f"{key}={_human(value)}" for key, value in fields.items())
             line = f"{at} {event}" + (f" {details}" if details else "")
-        self.stream.write(line + "\n")
-        self.stream.flush()
+        # The journal is a side path: a broken stderr (journald restarted, a
+        # closed pipe) must never stop the supervisor, whose facts are in the
+        # store. The line is dropped and counted.
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.dropped += 1
 
 
 def _human(value: Any) -> str:

@@ -260,10 +260,19 @@ def session_members(sid: int) -> list[int]:
     return members
 
 
-def signal_session(sid: int, signum: int) -> bool:
-    """Send `signum` to every process group with a member in session `sid`;
-    False if nothing of the session is left."""
-    members = session_members(sid)
+def signal_session(shim: ShimHandle, signum: int) -> bool:
+    """Send `signum` to every process group with a member in the session the
+    (dead) `shim` led; False if nothing of that session is left.
+
+    The shim's pid stays allocated while its session has members, so if a
+    process holds that pid now it is either the shim itself (a zombie, same
+    start time) or, the session having emptied, someone else who may lead a
+    session of their own: never ours to signal.
+    """
+    holder = process_start_time(shim.pid)
+    if holder is not None and holder != shim.start_time:
+        return False
+    members = session_members(shim.pid)
     groups = set()
     for pid in members:
         with contextlib.suppress(OSError):

@@ -75,6 +75,9 @@ REQUEST_TRIES = 5
 """A request (trigger, resume, cancel) whose handling keeps failing is
 answered `refused`, with the error in words, after this many tries: retried
 forever it would be pending forever, and its operator would never learn why."""
+LOST_LAUNCH_TRIES = 3
+"""Launches of one attempt that may each lose the launcher having started
+nothing; the attempt then fails as never started (no replacement storm)."""
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
 
@@ -92,7 +95,7 @@ class ProcessControl(Protocol):
     def read_exit(self, record_dir: str) -> ExitRecord | None: ...
     def read_shim(self, record_dir: str) -> ShimHandle | None: ...
     def launch_locked(self, record_dir: str) -> bool: ...
-    def signal_session(self, sid: int, signum: int) -> bool: ...
+    def signal_session(self, shim: ShimHandle, signum: int) -> bool: ...
     def stop(self) -> None: ...
 
 
@@ -141,8 +144,8 @@ class ForkServerControl:
     def launch_locked(self, record_dir: str) -> bool:
         return self._module.launch_locked(record_dir)
 
-    def signal_session(self, sid: int, signum: int) -> bool:
-        return self._module.signal_session(sid, signum)
+    def signal_session(self, shim: ShimHandle, signum: int) -> bool:
+        return self._module.signal_session(shim, signum)
 
     def stop(self) -> None:
         self._launcher.stop()
@@ -175,6 +178,9 @@ class Watch:
     """Its launch was ambiguous and its launcher is known gone, so no record
     and a free lock prove the command never started. (At recovery a crashed
     supervisor's launcher may still be exiting: there it counts as abandoned.)"""
+    never_started: str = NEVER_STARTED
+    """The reason recorded when a lost launch proves to have started nothing."""
+    lost_launches: int = 0
 
 
 @dataclass
@@ -700,18 +706,27 @@ class Supervisor:
             return
         runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
         prepared: list[tuple[RunRow, dict[str, Any], RunDir]] = []
+        failure: Exception | None = None
         for run in runs:
-            invocation = json.loads(run.invocation)
-            rundir = RunDir(self.store.runs_dir, run.run_id)
+            # One run that cannot be prepared (or failed) never holds up the rest.
             try:
-                rundir.prepare(invocation["input"])
-                rundir.prepare_attempt(attempt, resume_input)
-                prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
-            except OSError as exc:
-                self._unprepared(run, attempt, answer, f"cannot prepare its directories: {exc}")
+                invocation = json.loads(run.invocation)
+                rundir = RunDir(self.store.runs_dir, run.run_id)
+                try:
+                    rundir.prepare(invocation["input"])
+                    rundir.prepare_attempt(attempt, resume_input)
+                    prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
+                except Exception as exc:
+                    why = f"cannot prepare its directories: {describe(exc)}"
+                    self._unprepared(run, attempt, answer, why)
+                    continue
+            except Exception as exc:
+                failure = failure or exc  # left as it was: retried next tick
                 continue
             prepared.append((run, invocation, rundir))
         if not prepared:
+            if failure is not None:
+                raise failure
             return
         self.fault("after-run-dir" if attempt == 1 else "before-resume-mark")
         started = self.clock()
@@ -732,16 +747,60 @@ class Supervisor:
                     self.store.finish_request(
                         answer.seq, "done", f"{run.run_id} attempt {attempt}", started
                     )
-        self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
+        # From the mark on, every attempt is watched until its end is recorded:
+        # whatever fails from here is settled per run, as a lost launch is.
+        watches = [
+            Watch(
+                run.seq,
+                run.schedule_id,
+                attempt,
+                attempt_record_dir(self.store.root, run.run_id, attempt),
+                None,
+                False,
+            )
+            for run, _, _ in prepared
+        ]
+        try:
+            self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
+        except Exception as exc:
+            for watch in watches:
+                self._launch_failed(watch, exc)
+            raise
         handles: list[tuple[int, ShimHandle]] = []
-        for run, invocation, rundir in prepared:
-            spec = self._spec(run, invocation, rundir, attempt, resume_input is not NO_RESUME_INPUT)
-            watch = Watch(run.seq, run.schedule_id, attempt, Path(spec.record_dir), None, False)
-            handle = self._spawn(run, watch, spec)
+        for (run, invocation, rundir), watch in zip(prepared, watches, strict=True):
+            try:
+                spec = self._spec(
+                    run, invocation, rundir, attempt, resume_input is not NO_RESUME_INPUT
+                )
+                handle = self._spawn(run, watch, spec)
+            except Exception as exc:
+                failure = failure or exc
+                handle = self._launch_failed(watch, exc)
             if handle is not None:
                 handles.append((run.seq, handle))
         self._store_handles(handles)
+        if failure is not None:
+            raise failure  # counted and logged by the phase; every run is settled
         self.fault("after-spawn")
+
+    def _launch_failed(self, watch: Watch, exc: Exception) -> ShimHandle | None:
+        """Settle an attempt whose launch raised after its mark committed, the
+        way a lost launch is: watched (never dropped, never spawned again) and
+        polled by ingestion, which adopts a shim its launch lock or started
+        record shows, records an exit record, or, with neither, records the
+        attempt failed as never started, naming the error. No store, no log:
+        this must not fail itself."""
+        watch.spec = None
+        watch.adopted = True
+        if watch.handle is None:
+            watch.lost_launch = True
+            if watch.never_started == NEVER_STARTED:
+                watch.never_started = (
+                    f"not started: its launch failed ({describe(exc)}); the command never ran"
+                )
+        self._watch(watch)
+        self.wake_now = True
+        return watch.handle
 
     def _unprepared(
         self, run: RunRow, attempt: int, answer: RequestRow | None, reason: str
@@ -830,9 +889,14 @@ class Supervisor:
         except AlreadyLaunched:
             return self._settle_lost_launch(run, watch, spec)
         except OSError as exc:
-            self._unwatch(run.seq)
-            self._finish_unlaunched(run, watch.attempt, f"could not start the shim: {exc}")
+            self._finish_unlaunched(run, watch, f"could not start the shim: {exc}")
             return None
+        except Exception as exc:
+            # Not a launcher error: whether the server handled the request is
+            # unknown, so it is replaced (nothing of the old one can fork any
+            # more) and the caller settles the attempt as a lost launch.
+            self._replace_launcher(exc)
+            raise
         watch.spec = None
         self._set_handle(watch, handle)
         self.observer.run_launched(run.seq)
@@ -849,6 +913,15 @@ class Supervisor:
             locked, handle, finished = True, None, True  # let ingestion fail it closed
         if not (locked or handle or finished):
             # Lock free and no started record: its command never started.
+            watch.lost_launches += 1
+            if watch.lost_launches >= LOST_LAUNCH_TRIES:
+                # A launch that kills every launcher: stop replacing them.
+                reason = (
+                    f"not started: the launcher was lost {watch.lost_launches} times while"
+                    " launching it; the command never ran"
+                )
+                self._finish_unlaunched(run, watch, reason)
+                return None
             self.log("launch-retried", run=run.run_id, reason="the lost launcher started nothing")
             watch.spec = spec
             if self.launcher.up:
@@ -867,16 +940,23 @@ class Supervisor:
             return
         waiting = [watch for watch in self.watches.values() if watch.spec is not None]
         handles = []
+        failure: Exception | None = None
         for watch in waiting:
             run = self.store.get_run(watch.run_seq)
             spec = watch.spec
             if run is None or spec is None:
                 continue
             self._unwatch(watch.run_seq)
-            handle = self._spawn(run, watch, spec)
+            try:
+                handle = self._spawn(run, watch, spec)
+            except Exception as exc:
+                failure = failure or exc
+                handle = self._launch_failed(watch, exc)
             if handle is not None:
                 handles.append((run.seq, handle))
         self._store_handles(handles)
+        if failure is not None:
+            raise failure
 
     def _set_handle(self, watch: Watch, handle: ShimHandle) -> None:
         watch.handle = handle
@@ -942,16 +1022,21 @@ class Supervisor:
         if watch is not None and watch.handle is not None:
             self._pids.pop(watch.handle.pid, None)
 
-    def _finish_unlaunched(self, run: RunRow, attempt: int, reason: str) -> None:
+    def _finish_unlaunched(self, run: RunRow, watch: Watch, reason: str) -> None:
+        """Record an attempt no shim was started for. Unwatched only once
+        that is committed: if the commit fails, the watch stays and the
+        caller settles it (ingestion records it, with this reason)."""
+        watch.never_started = reason
         now = self.clock()
         with self.store.atomic():
             self.store.update_attempt(
-                run.seq, attempt, state="failed", finished_at=now, reason=reason
+                run.seq, watch.attempt, state="failed", finished_at=now, reason=reason
             )
             self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+        self._unwatch(run.seq)
+        self._notices.append(Notice(run, watch.attempt, reason, None))
         self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
-        self._notices.append(Notice(run, attempt, reason, None))
 
     # -- exits --------------------------------------------------------------------
 
@@ -1041,7 +1126,7 @@ class Supervisor:
             return record, None, None
         never = watch.lost_launch and watch.handle is None
         if never and self.control.read_shim(record_dir) is None:
-            return None, NEVER_STARTED, None
+            return None, watch.never_started, None
         return None, ABANDONED, None
 
     def _alive(self, watch: Watch) -> bool:
@@ -1058,7 +1143,7 @@ class Supervisor:
         sid = watch.handle.pid
         now = time.monotonic()
         if watch.kill_at is None:
-            if not self.control.signal_session(sid, signal.SIGTERM):
+            if not self.control.signal_session(watch.handle, signal.SIGTERM):
                 return True
             run = self.store.get_run(watch.run_seq)
             grace = json.loads(run.invocation)["kill_grace"] if run is not None else 0
@@ -1067,7 +1152,8 @@ class Supervisor:
             return False
         if now >= watch.kill_at:
             watch.killed = True
-        return not self.control.signal_session(sid, signal.SIGKILL if watch.killed else 0)
+        signum = signal.SIGKILL if watch.killed else 0
+        return not self.control.signal_session(watch.handle, signum)
 
     def _conclude(self, watch: Watch, record: ExitRecord | None, failure: str | None) -> None:
         self._conclude_all([(watch, record, failure)])
@@ -1078,7 +1164,9 @@ class Supervisor:
         with self.store.atomic():
             for watch, record, failure in endings:
                 run = self.store.get_run(watch.run_seq)
-                if run is not None:
+                # An attempt whose end is already recorded (a launch failure
+                # settled after its record committed) is not recorded twice.
+                if run is not None and run.state == "running" and run.attempt == watch.attempt:
                     state, reason, exit_code = self._record_end(run, watch, record, failure)
                     ended.append((watch, run, state, reason, exit_code))
         for watch, *_ in endings:
@@ -1247,9 +1335,11 @@ class Supervisor:
             handler(request)
         except Exception as exc:
             tries = self._request_tries[request.seq] = self._request_tries.get(request.seq, 0) + 1
-            if tries >= REQUEST_TRIES:
+            current = self.store.get_request(request.seq)
+            if tries >= REQUEST_TRIES and current is not None and current.state == "pending":
                 # The answer is written first: if the store refuses it too,
-                # the request stays pending and is tried again next tick.
+                # the request stays pending and is tried again next tick. One
+                # already answered (a resume's mark answers it) keeps its answer.
                 reason = f"could not be carried out ({tries} tries): {describe(exc)}"
                 self._answer(request, "refused", reason)
                 del self._request_tries[request.seq]
