@@ -62,7 +62,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from wfsched.errors import OperationError
 
@@ -480,6 +480,24 @@ def _server_argv(req_r: int, reply_w: int, exit_w: int, fault: str = "") -> list
     return [sys.executable, *flags, "-c", code, package_parent, *fds, fault]
 
 
+class ProcessControl(Protocol):
+    """What the supervisor needs from process handling. `Launcher` is the
+    production implementation; the tests drive the supervisor with a fake."""
+
+    def start(self) -> None: ...
+    def spawn(self, spec: LaunchSpec) -> ShimHandle: ...
+    def fileno(self) -> int: ...
+    def warm(self) -> None: ...
+    def drain_exits(self) -> list[int]: ...
+    def alive(self, handle: ShimHandle) -> bool: ...
+    def cancel(self, handle: ShimHandle) -> bool: ...
+    def read_exit(self, record_dir: str) -> ExitRecord | None: ...
+    def read_shim(self, record_dir: str) -> ShimHandle | None: ...
+    def launch_locked(self, record_dir: str) -> bool: ...
+    def signal_session(self, shim: ShimHandle, signum: int) -> bool: ...
+    def stop(self) -> None: ...
+
+
 class Launcher:
     """Client of the fork server. Thread-safe; one server per Launcher.
 
@@ -490,9 +508,15 @@ class Launcher:
     No other process may inherit the request pipe (it is close-on-exec; only a
     bare `os.fork()` elsewhere in the supervisor would leak it), because the
     server exits when that pipe reaches EOF, i.e. when the supervisor dies.
+
+    It implements `ProcessControl`. `fault` (crash tests only: a
+    `wfsched.faults` spec at which the server SIGKILLs itself) goes to the
+    first server alone: a replacement that killed itself at the same point
+    would never let a launch through.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fault: str = "") -> None:
+        self._fault = fault
         self._lock = threading.Lock()
         self._server: subprocess.Popen[bytes] | None = None
         self._req_w = -1
@@ -511,17 +535,16 @@ class Launcher:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def start(self, fault: str = "") -> None:
+    def start(self) -> None:
         """Start the fork server and wait until it is ready to launch.
 
         One interpreter start (tens of milliseconds). LauncherError if the
         server cannot start; its own traceback, if any, is on our stderr.
-        `fault` is a `wfsched.faults` spec for the crash tests (the server
-        SIGKILLs itself at that point).
         """
         with self._lock:
             if self._server is not None:
                 raise RuntimeError("Launcher already started")
+            fault, self._fault = self._fault, ""
             req_r, req_w = _pipe()
             reply_r, reply_w = _pipe()
             exit_r, exit_w = _pipe()
@@ -630,6 +653,27 @@ class Launcher:
         if eof and not pids:
             raise LauncherError("the fork server exited unexpectedly; runs cannot be launched")
         return pids
+
+    # The record and signal operations need no server; they are methods here
+    # so the supervisor reaches all process handling through one object.
+
+    def alive(self, handle: ShimHandle) -> bool:
+        return shim_alive(handle)
+
+    def cancel(self, handle: ShimHandle) -> bool:
+        return cancel_shim(handle)
+
+    def read_exit(self, record_dir: str) -> ExitRecord | None:
+        return read_exit_record(record_dir)
+
+    def read_shim(self, record_dir: str) -> ShimHandle | None:
+        return read_shim_record(record_dir)
+
+    def launch_locked(self, record_dir: str) -> bool:
+        return launch_locked(record_dir)
+
+    def signal_session(self, shim: ShimHandle, signum: int) -> bool:
+        return signal_session(shim, signum)
 
     def stop(self) -> None:
         """End the server (idempotent); running shims are not touched.

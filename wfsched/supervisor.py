@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from wfsched.admin import Admin, record_entries
 from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for
@@ -32,9 +32,11 @@ from wfsched.inputs import resolve_input
 from wfsched.launcher import (
     AlreadyLaunched,
     ExitRecord,
+    Launcher,
     LauncherError,
     LauncherLost,
     LaunchSpec,
+    ProcessControl,
     RecordError,
     ShimHandle,
 )
@@ -80,75 +82,6 @@ LOST_LAUNCH_TRIES = 3
 nothing; the attempt then fails as never started (no replacement storm)."""
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
-
-
-class ProcessControl(Protocol):
-    """What the supervisor needs from process handling (wfsched.launcher)."""
-
-    def start(self) -> None: ...
-    def spawn(self, spec: LaunchSpec) -> ShimHandle: ...
-    def fileno(self) -> int: ...
-    def warm(self) -> None: ...
-    def drain_exits(self) -> list[int]: ...
-    def alive(self, handle: ShimHandle) -> bool: ...
-    def cancel(self, handle: ShimHandle) -> bool: ...
-    def read_exit(self, record_dir: str) -> ExitRecord | None: ...
-    def read_shim(self, record_dir: str) -> ShimHandle | None: ...
-    def launch_locked(self, record_dir: str) -> bool: ...
-    def signal_session(self, shim: ShimHandle, signum: int) -> bool: ...
-    def stop(self) -> None: ...
-
-
-class ForkServerControl:
-    """The production ProcessControl: the warm fork server in wfsched.launcher.
-
-    `fault` (crash tests only) goes to the first server alone: a replacement
-    that killed itself at the same point would never let a launch through.
-    """
-
-    def __init__(self, fault: str = "") -> None:
-        from wfsched import launcher
-
-        self._module = launcher
-        self._launcher = launcher.Launcher()
-        self._fault = fault
-
-    def start(self) -> None:
-        fault, self._fault = self._fault, ""
-        self._launcher.start(fault)
-
-    def spawn(self, spec: LaunchSpec) -> ShimHandle:
-        return self._launcher.spawn(spec)
-
-    def fileno(self) -> int:
-        return self._launcher.fileno()
-
-    def warm(self) -> None:
-        self._launcher.warm()
-
-    def drain_exits(self) -> list[int]:
-        return self._launcher.drain_exits()
-
-    def alive(self, handle: ShimHandle) -> bool:
-        return self._module.shim_alive(handle)
-
-    def cancel(self, handle: ShimHandle) -> bool:
-        return self._module.cancel_shim(handle)
-
-    def read_exit(self, record_dir: str) -> ExitRecord | None:
-        return self._module.read_exit_record(record_dir)
-
-    def read_shim(self, record_dir: str) -> ShimHandle | None:
-        return self._module.read_shim_record(record_dir)
-
-    def launch_locked(self, record_dir: str) -> bool:
-        return self._module.launch_locked(record_dir)
-
-    def signal_session(self, shim: ShimHandle, signum: int) -> bool:
-        return self._module.signal_session(shim, signum)
-
-    def stop(self) -> None:
-        self._launcher.stop()
 
 
 @dataclass
@@ -1610,7 +1543,7 @@ def _supervise(
     stopped: Callable[[], bool],
     observer: Observer | None,
 ) -> None:
-    control = control or ForkServerControl()
+    control = control or Launcher()
     control.start()
     if early or stopped():
         control.stop()

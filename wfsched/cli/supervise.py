@@ -72,7 +72,8 @@ def supervise(
     from wfsched.config import CONFIG_NAME, load_config
     from wfsched.eventlog import EventLog
     from wfsched.faults import fault_at, no_fault
-    from wfsched.supervisor import ForkServerControl, run_supervisor
+    from wfsched.launcher import Launcher
+    from wfsched.supervisor import run_supervisor
 
     root = state.resolved_store_path()
     config = load_config(
@@ -105,7 +106,7 @@ def supervise(
         run_supervisor(
             root,
             config,
-            control=ForkServerControl(fault=spec or ""),
+            control=Launcher(fault=spec or ""),
             clock=state.clock,
             fault=fault,
             log=log,
