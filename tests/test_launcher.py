@@ -34,6 +34,7 @@ from wfsched.launcher import (
     RecordError,
     ShimHandle,
     cancel_shim,
+    exit_outcome,
     launch_locked,
     process_start_time,
     read_exit_record,
@@ -775,3 +776,48 @@ def test_unreadable_records_are_record_errors_naming_the_file(tmp_path: Path) ->
     (tmp_path / "shim.json").write_bytes(b"")  # a lock no shim has written into
     assert read_shim_record(str(tmp_path)) is None
     assert not launch_locked(str(tmp_path))
+
+
+# -- the words of exit.json: a pure function of the wait status ---------------------------
+
+
+def _exited(code: int) -> int:
+    return code << 8  # the wait status of a normal exit (Linux encoding)
+
+
+@pytest.mark.parametrize(
+    ("status", "terminated", "killed", "expected"),
+    [
+        (_exited(0), None, False, ("exited", 0, None, None)),
+        (_exited(3), None, False, ("exited", 3, None, "exited with code 3")),
+        (9, None, False, ("signaled", None, 9, "killed by signal 9 (SIGKILL)")),
+        (77, None, False, ("signaled", None, 77, "killed by signal 77 (SIG77)")),
+        (
+            15,
+            "timeout",
+            False,
+            ("timeout", None, 15, "timed out after 1m30s; process group terminated"),
+        ),
+        (
+            None,
+            "timeout",
+            True,
+            (
+                "timeout",
+                None,
+                None,
+                "timed out after 1m30s; process group killed (SIGKILL after 5s grace)",
+            ),
+        ),
+        (
+            _exited(0),
+            "cancelled",
+            False,
+            ("cancelled", 0, None, "cancelled; process group terminated"),
+        ),
+    ],
+)
+def test_exit_outcome_says_how_the_attempt_ended(
+    status: int | None, terminated: str | None, killed: bool, expected: tuple[object, ...]
+) -> None:
+    assert exit_outcome(status, terminated, timeout=90, kill_grace=5, killed=killed) == expected

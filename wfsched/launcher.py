@@ -1201,26 +1201,47 @@ def _supervise_command(
         with contextlib.suppress(BlockingIOError):
             while os.read(wake_r, 4096):
                 pass
+    ending = exit_outcome(
+        status,
+        outcome,
+        timeout=spec.timeout,
+        kill_grace=spec.kill_grace,
+        killed=give_up_at is not None,
+    )
+    _finish(spec, *ending, started_at)
+
+
+def exit_outcome(
+    status: int | None,
+    terminated: str | None,
+    *,
+    timeout: int | None,
+    kill_grace: int,
+    killed: bool,
+) -> tuple[str, int | None, int | None, str | None]:
+    """(outcome, exit code, signal, reason) of an attempt, as `exit.json` says it.
+
+    `status` is the leader's wait status (None when it was never reaped:
+    stuck in the kernel after SIGKILL); `terminated` is "timeout" or
+    "cancelled" when the shim ended the group, and `killed` says SIGKILL
+    followed the grace. Pure, so the words the operator reads are tested
+    without running a command.
+    """
     exit_code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
     signum = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
-    if outcome is not None:
+    if terminated is not None:
         what = (
-            "timed out after " + _duration(spec.timeout or 0)
-            if outcome == "timeout"
-            else "cancelled"
+            "timed out after " + _duration(timeout or 0) if terminated == "timeout" else "cancelled"
         )
         how = (
-            f"process group killed (SIGKILL after {_duration(spec.kill_grace)} grace)"
-            if give_up_at is not None
+            f"process group killed (SIGKILL after {_duration(kill_grace)} grace)"
+            if killed
             else "process group terminated"
         )
-        reason: str | None = f"{what}; {how}"
-    elif signum is not None:
-        outcome, reason = "signaled", f"killed by signal {signum} ({_signal_name(signum)})"
-    else:
-        outcome = "exited"
-        reason = None if exit_code == 0 else f"exited with code {exit_code}"
-    _finish(spec, outcome, exit_code, signum, reason, started_at)
+        return terminated, exit_code, signum, f"{what}; {how}"
+    if signum is not None:
+        return "signaled", exit_code, signum, f"killed by signal {signum} ({_signal_name(signum)})"
+    return "exited", exit_code, signum, None if exit_code == 0 else f"exited with code {exit_code}"
 
 
 def _finish(
