@@ -15,10 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes import Clock, FakeControl
 from wfsched.admin import Admin
-from wfsched.config import SupervisorConfig
+from wfsched.config import Listen, SupervisorConfig, parse_listen
 from wfsched.definition import parse_definition
 from wfsched.errors import UsageError
-from wfsched.listen import Listen, parse_listen
 from wfsched.metrics import Metrics, Snapshot, health, reason_label
 from wfsched.metrics_render import Renderer
 from wfsched.metrics_server import MetricsServer

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from wfsched.config import Listen
 from wfsched.errors import UsageError
-from wfsched.listen import Listen
 
 if TYPE_CHECKING:
     from wfsched.metrics import Snapshot

@@ -92,7 +92,7 @@ def supervise(
     server = None
     observer = None
     if config.metrics_listen is not None:
-        from wfsched.listen import parse_listen
+        from wfsched.config import parse_listen
         from wfsched.metrics import Metrics
         from wfsched.metrics_server import MetricsServer
 
