@@ -88,6 +88,15 @@ def test_the_package_has_no_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_the_daemon_imports_neither_the_operator_api_nor_a_process_adapter() -> None:
+    """The supervisor shares the definition cache and the ledger writer with
+    the operator API (both in views) instead of importing `Admin`; process
+    control is the launcher's own protocol."""
+    graph = import_graph()
+    assert "wfsched.admin" not in graph["wfsched.supervisor"]
+    assert "wfsched.launcher" in graph["wfsched.supervisor"]
+
+
 def test_the_cycle_finder_finds_a_cycle_behind_type_checking() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]

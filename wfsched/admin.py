@@ -24,7 +24,6 @@ from wfsched.decisions import (
 )
 from wfsched.definition import (
     canonical_json,
-    definition_from_document,
     load_definition_file,
 )
 from wfsched.errors import (
@@ -40,10 +39,7 @@ from wfsched.model import Definition, OneShotTrigger
 from wfsched.reads import Reads
 from wfsched.store import ScheduleRow, Store
 from wfsched.timeutil import MAX_INSTANT, Clock, format_instant, parse_instant, wall_clock
-from wfsched.views import (
-    corrupt_definition,
-    stored_document,
-)
+from wfsched.views import DefinitionCache, record_entries
 
 if TYPE_CHECKING:
     from wfsched.calendar import CronCalendar, OneShotCalendar
@@ -71,25 +67,13 @@ class Admin(Reads):
 
     def __init__(self, store: Store, clock: Clock = wall_clock) -> None:
         super().__init__(store, clock)
-        self._definitions: dict[tuple[str, int], Definition] = {}
+        self._definitions = DefinitionCache()
 
     # -- reading ---------------------------------------------------------------
 
     def definition(self, row: ScheduleRow) -> Definition:
-        """The stored definition, parsed once per (id, revision), with the
-        rules it was accepted under (a later release's tighter bounds apply
-        to definitions coming in, never to what the store already holds)."""
-        key = (row.id, row.revision)
-        cached = self._definitions.get(key)
-        if cached is None:
-            try:
-                cached = definition_from_document(
-                    stored_document(row), f"store:{row.id}", stored=True
-                )
-            except DefinitionError as exc:
-                raise corrupt_definition(row, exc) from None
-            self._definitions[key] = cached
-        return cached
+        """The stored definition, parsed once per (id, revision)."""
+        return self._definitions.get(row)
 
     # -- creating and changing ---------------------------------------------------
 
@@ -442,24 +426,6 @@ class _Unlistable:
 
 
 _UNLISTABLE = _Unlistable()
-
-
-def record_entries(
-    store: Store, schedule_id: str, revision: int, entries: Iterable[Entry], now: float
-) -> None:
-    """Write decision entries as ledger rows (shared with the supervisor)."""
-    for entry in entries:
-        store.insert_occurrence(
-            schedule_id,
-            entry.at,
-            entry.state,
-            revision,
-            now,
-            reason=entry.reason,
-            last_at=entry.last,
-            count=entry.count,
-            summary=entry.summary,
-        )
 
 
 def _candidate(row: ScheduleRow) -> Candidate | None:

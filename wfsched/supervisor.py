@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from wfsched.admin import Admin, record_entries
 from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for
 from wfsched.config import SupervisorConfig
 from wfsched.decisions import Candidate, Decision, ScheduleView, decide
@@ -56,6 +55,7 @@ from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, run_id
 from wfsched.store import SQLiteStore as Store  # the daemon opens the one backend there is
 from wfsched.tickerrors import META_KEY, TickErrors, describe
 from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
+from wfsched.views import DefinitionCache, record_entries
 
 ABANDONED = (
     "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
@@ -171,7 +171,7 @@ class Supervisor:
         self.notifier = notifier or Notifier("")
         self.observer = observer or Observer()
         """Told of every committed fact (the metrics); a no-op by default."""
-        self.admin = Admin(store, clock)
+        self.definitions = DefinitionCache()
         self.hooks = FailureHooks(
             control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
         )
@@ -295,7 +295,7 @@ class Supervisor:
         if row is None or row.next_due is None:
             return timeout, False
         with contextlib.suppress(WfschedError, ValueError):
-            self._calendar(row, self.admin.definition(row))
+            self._calendar(row, self.definitions.get(row))
         until_due = row.next_due - self.clock()
         return max(0.0, min(timeout, until_due)), until_due <= timeout
 
@@ -461,7 +461,7 @@ class Supervisor:
         self._focus = {"schedule": row.id}
         try:
             with self.store.atomic():
-                defn = self.admin.definition(row)
+                defn = self.definitions.get(row)
                 view = ScheduleView(
                     row.id,
                     row.consumed_through,
@@ -1180,7 +1180,7 @@ class Supervisor:
     ) -> None:
         self.fault("before-notify")
         row = self.store.get_schedule(run.schedule_id)
-        argv = self.admin.definition(row).on_failure if row is not None else None
+        argv = self.definitions.get(row).on_failure if row is not None else None
         self.hooks.fire(
             RunFacts(
                 run_id=run.run_id,
@@ -1296,7 +1296,7 @@ class Supervisor:
                     request.seq, "refused", f"schedule {request.schedule_id!r} is deleted", now
                 )
                 return
-            defn = self.admin.definition(row)
+            defn = self.definitions.get(row)
             instant = int(request.created_at)
             # A manual run has no occurrence: its `occurrence_id` binding is JSON null.
             reason, document = self._resolve(defn, row.id, None, instant)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from wfsched.errors import StoreError
-from wfsched.store import AttemptRow, OccurrenceRow, RunRow, ScheduleRow, run_id
+from wfsched.decisions import Entry
+from wfsched.definition import definition_from_document
+from wfsched.errors import DefinitionError, StoreError
+from wfsched.model import Definition
+from wfsched.store import AttemptRow, OccurrenceRow, RunRow, ScheduleRow, Store, run_id
 from wfsched.store.rows import NotificationRow, RejectionRow
 from wfsched.timeutil import format_event, format_instant, occurrence_id, parse_instant
 
@@ -34,6 +38,50 @@ def corrupt_definition(row: ScheduleRow, exc: Exception) -> StoreError:
         f"store: schedule {row.id!r} revision {row.revision} has a corrupt definition row"
         f" ({exc}); `wfsched audit` lists the damage, restore the store from a backup"
     )
+
+
+class DefinitionCache:
+    """Stored definitions parsed once per (id, revision): the operator API and
+    the supervisor both read them at every decision, and a revision never
+    changes once written."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, int], Definition] = {}
+
+    def get(self, row: ScheduleRow) -> Definition:
+        """The stored definition, with the rules it was accepted under (a
+        later release's tighter bounds apply to definitions coming in, never
+        to what the store already holds)."""
+        key = (row.id, row.revision)
+        cached = self._parsed.get(key)
+        if cached is None:
+            try:
+                cached = definition_from_document(
+                    stored_document(row), f"store:{row.id}", stored=True
+                )
+            except DefinitionError as exc:
+                raise corrupt_definition(row, exc) from None
+            self._parsed[key] = cached
+        return cached
+
+
+def record_entries(
+    store: Store, schedule_id: str, revision: int, entries: Iterable[Entry], now: float
+) -> None:
+    """Write decision entries as ledger rows: the one mapping from a decision
+    (the supervisor's or an administrative operation's) to the ledger."""
+    for entry in entries:
+        store.insert_occurrence(
+            schedule_id,
+            entry.at,
+            entry.state,
+            revision,
+            now,
+            reason=entry.reason,
+            last_at=entry.last,
+            count=entry.count,
+            summary=entry.summary,
+        )
 
 
 # The stored JSON has sorted keys (it is the change test); views keep the
