@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import signal
 import time
 from collections.abc import Callable
@@ -56,14 +55,13 @@ from wfsched.store import SQLiteStore as Store  # the daemon opens the one backe
 from wfsched.tickerrors import META_KEY, TickErrors, describe
 from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
 from wfsched.views import DefinitionCache, record_entries
+from wfsched.wakeup import Waiter
 
 ABANDONED = (
     "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64
-WAKE_EARLY = 0.02
-"""The last seconds before a due instant are spent awake, not in epoll."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
 NOTIFY_TRIES = 5
@@ -202,11 +200,11 @@ class Supervisor:
         self._admission_failed = False
         """The last admission phase did not commit: instants decided late now
         were late because the store failed (`store-unavailable`)."""
-        self._selector: selectors.BaseSelector | None = None
+        self._waiter: Waiter | None = None
+        """Set while serving: the sleep between ticks (tests tick directly)."""
         self._next_retention = 0.0
         self._unlaunched = True
         """Admitted runs may await launch (recovery's, a burst's later chunks)."""
-        self._overslept = 0.0
         self.draining = False
         self.stop_requested = False
         self.wake_now = False
@@ -233,7 +231,8 @@ class Supervisor:
         self.recover()
         self.notifier.send("READY=1", "STATUS=supervising")
         self.log("started", pid=os.getpid(), store=str(self.store.root))
-        selector = self._make_selector()
+        waiter = self._waiter = Waiter()
+        waiter.watch(self.control.fileno())
         watchdog_due = time.monotonic()
         while not self.stop_requested:
             tick_started = time.monotonic()
@@ -243,40 +242,22 @@ class Supervisor:
                 self.notifier.send("WATCHDOG=1")
                 watchdog_due = time.monotonic() + self.notifier.watchdog_interval
             timing = self._phase("next-due", self._sleep_seconds)
-            self._wait_until_due(selector, *(timing or (self.config.poll_interval, False)))
-        self.drain(selector)
-        selector.close()
+            self._wait_until_due(waiter, *(timing or (self.config.poll_interval, False)))
+        self.drain()
+        waiter.close()
+        self._waiter = None
 
     def request_stop(self, *_: Any) -> None:
         """Signal handler: only sets the flag; the loop does the work."""
         self.stop_requested = True
 
-    def _make_selector(self) -> selectors.BaseSelector:
-        selector = selectors.DefaultSelector()
-        selector.register(self.control.fileno(), selectors.EVENT_READ)
-        self._selector = selector
-        read_end, write_end = os.pipe()
-        os.set_blocking(read_end, False)
-        os.set_blocking(write_end, False)
-        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-        selector.register(read_end, selectors.EVENT_READ)
-        self._wakeup_read = read_end
-        return selector
-
-    def _wait(self, selector: selectors.BaseSelector, timeout: float) -> None:
-        self._overslept = 0.0
-        if self.stop_requested or timeout <= 0:
-            return
-        started = time.monotonic()
-        events = selector.select(timeout)
-        self._overslept = time.monotonic() - started - timeout
-        if events:
+    def _wait(self, timeout: float) -> None:
+        if self._waiter is not None and self._waiter.wait(timeout, self._stopping):
             # Woken early by an exit or a signal: no precise sleep after it.
             self.wake_now = True
-        for key, _ in events:
-            if key.fd == getattr(self, "_wakeup_read", -1):
-                with contextlib.suppress(BlockingIOError):
-                    os.read(key.fd, 512)
+
+    def _stopping(self) -> bool:
+        return self.stop_requested
 
     def _sleep_seconds(self) -> tuple[float, bool]:
         """Until the next due instant, capped by the poll interval; and
@@ -299,25 +280,15 @@ class Supervisor:
         until_due = row.next_due - self.clock()
         return max(0.0, min(timeout, until_due)), until_due <= timeout
 
-    def _wait_until_due(self, selector: selectors.BaseSelector, timeout: float, due: bool) -> None:
-        """Sleep in epoll, but spend the last WAKE_EARLY seconds before a due
-        instant awake: on a virtual machine the first fork and the first
-        fsync after an idle spell cost milliseconds each, so the supervisor
-        warms the disk (a durable liveness stamp) and the fork server (a
-        throwaway fork) and keeps its CPU busy, and
-        the run starts on time (epoll alone also wakes up to 1 ms late)."""
-        if not due:
-            self._wait(selector, timeout)
-            return
-        early = min(timeout, WAKE_EARLY)
-        self._wait(selector, timeout - early)
-        if self.stop_requested or self.wake_now:
-            return
-        deadline = time.monotonic() + early - max(0.0, self._overslept)
+    def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
+        """Sleep until the next tick; before a due instant, warm the disk (a
+        durable liveness stamp) and the fork server (a throwaway fork)."""
+        if waiter.wait_until_due(timeout, due, self._stopping, self._prewake):
+            self.wake_now = True
+
+    def _prewake(self) -> None:
         self._phase("liveness", self._stamp, True)
         self.control.warm()
-        while not self.stop_requested and time.monotonic() < deadline:
-            pass
 
     # -- one tick -------------------------------------------------------------------
 
@@ -904,9 +875,8 @@ class Supervisor:
         for watch in self.watches.values():
             watch.adopted = True
         self.hooks.orphaned()
-        if self._selector is not None:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(self.control.fileno())
+        if self._waiter is not None:
+            self._waiter.unwatch(self.control.fileno())
         self.control.stop()
         self.launcher = LauncherHealth(up=False, since=self.clock(), error=str(exc))
         self._start_launcher()
@@ -926,8 +896,8 @@ class Supervisor:
             health.backoff = min(health.backoff * 2, LAUNCHER_BACKOFF_MAX)
             self._store_launcher_health()
             return
-        if self._selector is not None:
-            self._selector.register(self.control.fileno(), selectors.EVENT_READ)
+        if self._waiter is not None:
+            self._waiter.watch(self.control.fileno())
         down_since = self.launcher.since
         self.launcher = LauncherHealth(up=True, since=self.clock(), error=self.launcher.error)
         self.log("launcher-up", down_for=round(self.launcher.since - down_since, 3))
@@ -1413,7 +1383,7 @@ class Supervisor:
         if block is not None:
             self.block(run.schedule_id, f"{run.run_id}: {block}")
 
-    def drain(self, selector: selectors.BaseSelector | None = None) -> None:
+    def drain(self) -> None:
         """Stop admitting, let executing runs finish within drain_grace, then
         cancel what is left and record it."""
         self.draining = True
@@ -1423,7 +1393,7 @@ class Supervisor:
         if waiting:
             reason = "not started: no launcher was up before the supervisor shut down"
             self._conclude_all([(watch, None, reason) for watch in waiting])
-        self._wait_for_watches(self.config.drain_grace, selector)
+        self._wait_for_watches(self.config.drain_grace)
         if self.watches:
             longest_grace = 0
             for watch in self.watches.values():
@@ -1436,10 +1406,10 @@ class Supervisor:
                 run = self.store.get_run(watch.run_seq)
                 if run is not None:
                     longest_grace = max(longest_grace, json.loads(run.invocation)["kill_grace"])
-            self._wait_for_watches(longest_grace + 5, selector)
+            self._wait_for_watches(longest_grace + 5)
         self.log("drained", left=len(self.watches))
 
-    def _wait_for_watches(self, seconds: float, selector: selectors.BaseSelector | None) -> None:
+    def _wait_for_watches(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while self.watches:
             self._phase("ingestion", self.ingest_exits)
@@ -1449,10 +1419,10 @@ class Supervisor:
             remaining = deadline - time.monotonic()
             if not self.watches or remaining <= 0:
                 return
-            if selector is None:
+            if self._waiter is None:
                 time.sleep(min(0.05, remaining))
             else:
-                self._wait(selector, min(0.25, remaining))
+                self._wait(min(0.25, remaining))
 
 
 def _invocation(defn: Definition, document: Any) -> str:

@@ -1,0 +1,98 @@
+"""The supervisor's sleep between ticks (`wfsched.wakeup.Waiter`): woken by
+a watched fd or a signal, never by nothing, and awake before a due instant."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from wfsched.wakeup import Waiter
+
+
+@pytest.fixture
+def waiter() -> Iterator[Waiter]:
+    made = Waiter(early=0.05)
+    yield made
+    made.close()
+
+
+def never() -> bool:
+    return False
+
+
+def test_a_quiet_wait_lasts_its_timeout(waiter: Waiter) -> None:
+    started = time.monotonic()
+    assert waiter.wait(0.05, never) is False
+    assert time.monotonic() - started >= 0.05
+    assert waiter.overslept >= 0
+
+
+def test_a_watched_fd_ends_the_wait_at_once(waiter: Waiter) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        waiter.watch(read_end)
+        os.write(write_end, b"x")
+        started = time.monotonic()
+        assert waiter.wait(30, never) is True
+        assert time.monotonic() - started < 5
+        waiter.unwatch(read_end)
+        waiter.unwatch(read_end)  # twice, or never watched: ignored
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_signal_ends_the_wait_at_once(waiter: Waiter) -> None:
+    previous = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        started = time.monotonic()
+        assert waiter.wait(30, never) is True
+        assert time.monotonic() - started < 5
+        # The wakeup byte was consumed: the next wait sleeps again.
+        assert waiter.wait(0.01, never) is False
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_stop_request_means_no_sleep_at_all(waiter: Waiter) -> None:
+    started = time.monotonic()
+    assert waiter.wait(30, lambda: True) is False
+    assert waiter.wait_until_due(30, True, lambda: True, pytest.fail) is False
+    assert time.monotonic() - started < 5
+
+
+def test_before_a_due_instant_it_prewakes_once_and_spins_to_the_instant(
+    waiter: Waiter,
+) -> None:
+    prewakes: list[float] = []
+    started = time.monotonic()
+    woken = waiter.wait_until_due(0.1, True, never, lambda: prewakes.append(time.monotonic()))
+    assert woken is False
+    ended = time.monotonic()
+    assert len(prewakes) == 1
+    assert prewakes[0] - started >= 0.1 - 0.05  # epoll slept until `early` before it
+    assert ended - started >= 0.1 - 0.05 and ended >= prewakes[0]
+
+
+def test_no_prewake_when_not_due_or_when_woken_early(waiter: Waiter) -> None:
+    assert waiter.wait_until_due(0.01, False, never, pytest.fail) is False
+    read_end, write_end = os.pipe()
+    try:
+        waiter.watch(read_end)
+        os.write(write_end, b"x")
+        assert waiter.wait_until_due(30, True, never, pytest.fail) is True
+    finally:
+        waiter.unwatch(read_end)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_close_unhooks_the_signal_wakeup() -> None:
+    made = Waiter()
+    made.close()
+    assert signal.set_wakeup_fd(-1) == -1

@@ -1,0 +1,96 @@
+"""How the supervisor sleeps between ticks: in epoll until the next due
+instant, woken at once by a shim's exit or a signal, and awake for the last
+moments before a due instant.
+
+Sleeping in epoll costs no CPU but wakes up to a millisecond late, and on a
+virtual machine the first fork and the first fsync after an idle spell cost
+milliseconds each. So the last `early` seconds before a due instant are
+spent awake: the caller's `prewake` warms the disk and the fork server, and
+a short spin keeps the CPU busy, so the run starts on time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import time
+from collections.abc import Callable
+
+WAKE_EARLY = 0.02
+"""The last seconds before a due instant are spent awake, not in epoll."""
+
+
+class Waiter:
+    """One epoll set: the watched fds (the launcher's exit pipe) and a pipe
+    that `signal.set_wakeup_fd` writes to, so a signal ends any sleep.
+
+    Only the main thread may create it (a wakeup fd is process-wide); close
+    it before the process handles signals without it.
+    """
+
+    def __init__(
+        self, early: float = WAKE_EARLY, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.early = early
+        self._monotonic = monotonic
+        self._selector = selectors.DefaultSelector()
+        self._wakeup_read, self._wakeup_write = os.pipe()
+        os.set_blocking(self._wakeup_read, False)
+        os.set_blocking(self._wakeup_write, False)
+        signal.set_wakeup_fd(self._wakeup_write, warn_on_full_buffer=False)
+        self._selector.register(self._wakeup_read, selectors.EVENT_READ)
+        self.overslept = 0.0
+        """How much later than asked the last wait returned (negative: early)."""
+
+    def watch(self, fd: int) -> None:
+        self._selector.register(fd, selectors.EVENT_READ)
+
+    def unwatch(self, fd: int) -> None:
+        """Stop watching `fd` (before it is closed); unknown fds are ignored."""
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(fd)
+
+    def wait(self, timeout: float, stopped: Callable[[], bool]) -> bool:
+        """Sleep up to `timeout` seconds; True when an fd or a signal woke us."""
+        self.overslept = 0.0
+        if stopped() or timeout <= 0:
+            return False
+        started = self._monotonic()
+        events = self._selector.select(timeout)
+        self.overslept = self._monotonic() - started - timeout
+        for key, _ in events:
+            if key.fd == self._wakeup_read:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(key.fd, 512)
+        return bool(events)
+
+    def wait_until_due(
+        self,
+        timeout: float,
+        due: bool,
+        stopped: Callable[[], bool],
+        prewake: Callable[[], None],
+    ) -> bool:
+        """`wait`, but when `due` (the timeout ends at a due instant) spend
+        its last `early` seconds awake: `prewake()`, then spin to the
+        instant, less what epoll overslept. True when woken early."""
+        if not due:
+            return self.wait(timeout, stopped)
+        early = min(timeout, self.early)
+        woken = self.wait(timeout - early, stopped)
+        if woken or stopped():
+            return woken
+        deadline = self._monotonic() + early - max(0.0, self.overslept)
+        prewake()
+        while not stopped() and self._monotonic() < deadline:
+            pass
+        return False
+
+    def close(self) -> None:
+        """Unhook the signal wakeup, then release the pipe and the epoll set."""
+        signal.set_wakeup_fd(-1)
+        self._selector.close()
+        os.close(self._wakeup_read)
+        os.close(self._wakeup_write)
