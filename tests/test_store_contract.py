@@ -384,3 +384,15 @@ def test_finished_run_counts_tell_cancellations_apart(store: Store) -> None:
         ("failed", True): (1, T0 + 130),
         ("failed", False): (1, T0 + 190),
     }
+
+
+def test_a_run_row_says_whether_it_is_manual_and_its_occurrence(store: Store) -> None:
+    from wfsched.views import run_occurrence_id
+
+    add_schedule(store)
+    scheduled = store.get_run(admit(store, "s", T0 + 60))
+    manual = store.get_run(admit(store, "s", T0 + 70, kind="manual"))
+    assert scheduled is not None and manual is not None
+    assert (scheduled.is_manual, manual.is_manual) == (False, True)
+    assert run_occurrence_id(scheduled) == "s@20260528T202740Z"
+    assert run_occurrence_id(manual) is None

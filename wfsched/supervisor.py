@@ -54,7 +54,7 @@ from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, run_id
 from wfsched.store import SQLiteStore as Store  # the daemon opens the one backend there is
 from wfsched.tickerrors import META_KEY, TickErrors, describe
 from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
-from wfsched.views import DefinitionCache, record_entries
+from wfsched.views import DefinitionCache, record_entries, run_occurrence_id
 from wfsched.wakeup import Waiter
 
 ABANDONED = (
@@ -488,10 +488,9 @@ class Supervisor:
     def _admit(self, row: ScheduleRow, defn: Definition, instant: int, now: float) -> int | None:
         """Freeze the invocation and write the run and its admitted row, or
         record preflight-rejected: no run is invented for a rejected start."""
-        reason, document = self._resolve(defn, row.id, occurrence_id(row.id, instant), instant)
-        if reason is None:
-            reason = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
-        if reason is not None:
+        seq = self._freeze(row, defn, instant, "scheduled", now)
+        if isinstance(seq, str):
+            reason = seq
             self.store.insert_occurrence(
                 row.id, instant, "preflight-rejected", row.revision, now, reason=reason
             )
@@ -501,12 +500,25 @@ class Supervisor:
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
-        seq = self.store.insert_run(
-            row.id, "scheduled", instant, row.revision, _invocation(defn, document), now
-        )
         self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
         self.log("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
         return seq
+
+    def _freeze(
+        self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
+    ) -> int | str:
+        """The one way a run is made, scheduled or manual: resolve its inputs,
+        preflight its command, then insert the run with its invocation frozen.
+        The run's seq, or why it cannot start (a str): then nothing is written.
+        A manual run has no occurrence: its `occurrence_id` binding is JSON null."""
+        occurrence = None if kind == "manual" else occurrence_id(row.id, instant)
+        reason, document = self._resolve(defn, row.id, occurrence, instant)
+        if reason is None:
+            reason = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
+        if reason is not None:
+            return reason
+        invocation = _invocation(defn, document)
+        return self.store.insert_run(row.id, kind, instant, row.revision, invocation, now)
 
     @staticmethod
     def _resolve(
@@ -573,7 +585,7 @@ class Supervisor:
                 if self._schedule_usable(run.schedule_id):
                     self.block(run.schedule_id, f"{run.run_id} is admitted but has attempts")
                 continue
-            if run.kind == "manual":
+            if run.is_manual:
                 chosen.append(run.seq)
             elif room > 0 and self._schedule_usable(run.schedule_id):
                 chosen.append(run.seq)
@@ -718,7 +730,7 @@ class Supervisor:
             return
         now = self.clock()
         with self.store.atomic():
-            self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+            self._mark_failed(run.seq, None, reason, now)
         self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
         self._notices.append(Notice(run, attempt, reason, None))
@@ -746,9 +758,7 @@ class Supervisor:
         env.update(invocation["env"])
         env.update(
             WFSCHED_SCHEDULE_ID=run.schedule_id,
-            WFSCHED_OCCURRENCE_ID=occurrence_id(run.schedule_id, run.scheduled_at)
-            if run.kind == "scheduled"
-            else "",
+            WFSCHED_OCCURRENCE_ID=run_occurrence_id(run) or "",
             WFSCHED_SCHEDULED_AT=format_instant(run.scheduled_at) or "",
             WFSCHED_RUN_ID=run.run_id,
             WFSCHED_ATTEMPT=str(attempt),
@@ -925,6 +935,15 @@ class Supervisor:
         if watch is not None and watch.handle is not None:
             self._pids.pop(watch.handle.pid, None)
 
+    def _mark_failed(self, run_seq: int, attempt: int | None, reason: str, now: float) -> None:
+        """Write a run failed for `reason`, with its attempt row when there is
+        one (`attempt` None: none was marked). Inside the caller's transaction."""
+        if attempt is not None:
+            self.store.update_attempt(
+                run_seq, attempt, state="failed", finished_at=now, reason=reason
+            )
+        self.store.update_run(run_seq, state="failed", reason=reason, finished_at=now)
+
     def _finish_unlaunched(self, run: RunRow, watch: Watch, reason: str) -> None:
         """Record an attempt no shim was started for. Unwatched only once
         that is committed: if the commit fails, the watch stays and the
@@ -932,10 +951,7 @@ class Supervisor:
         watch.never_started = reason
         now = self.clock()
         with self.store.atomic():
-            self.store.update_attempt(
-                run.seq, watch.attempt, state="failed", finished_at=now, reason=reason
-            )
-            self.store.update_run(run.seq, state="failed", reason=reason, finished_at=now)
+            self._mark_failed(run.seq, watch.attempt, reason, now)
         self._unwatch(run.seq)
         self._notices.append(Notice(run, watch.attempt, reason, None))
         self.observer.run_ended(run.seq)
@@ -1155,9 +1171,7 @@ class Supervisor:
             RunFacts(
                 run_id=run.run_id,
                 schedule_id=run.schedule_id,
-                occurrence_id=occurrence_id(run.schedule_id, run.scheduled_at)
-                if run.kind == "scheduled"
-                else "",
+                occurrence_id=run_occurrence_id(run) or "",
                 scheduled_at=format_instant(run.scheduled_at) or "",
                 attempt=attempt,
                 state="failed",
@@ -1267,18 +1281,10 @@ class Supervisor:
                 )
                 return
             defn = self.definitions.get(row)
-            instant = int(request.created_at)
-            # A manual run has no occurrence: its `occurrence_id` binding is JSON null.
-            reason, document = self._resolve(defn, row.id, None, instant)
-            if reason is None:
-                env = {**os.environ, **dict(defn.run.env)}
-                reason = preflight(defn.run.command, defn.run.cwd, env)
-            if reason is not None:
-                self.store.finish_request(request.seq, "refused", reason, now)
+            seq = self._freeze(row, defn, int(request.created_at), "manual", now)
+            if isinstance(seq, str):
+                self.store.finish_request(request.seq, "refused", seq, now)
                 return
-            seq = self.store.insert_run(
-                row.id, "manual", instant, row.revision, _invocation(defn, document), now
-            )
             self.store.finish_request(request.seq, "done", run_id(seq), now)
         self.log("admitted", schedule=row.id, run=run_id(seq), kind="manual")
         self._phase("launch", self.launch, [seq])
@@ -1323,11 +1329,7 @@ class Supervisor:
         self._unwatch(run.seq)  # a marked attempt still waiting for a launcher
         now = self.clock()
         with self.store.atomic():
-            if run.attempt:
-                self.store.update_attempt(
-                    run.seq, run.attempt, state="failed", finished_at=now, reason="cancelled"
-                )
-            self.store.update_run(run.seq, state="failed", reason="cancelled", finished_at=now)
+            self._mark_failed(run.seq, run.attempt or None, "cancelled", now)
             self.store.finish_request(request.seq, "done", f"{run.run_id} cancelled", now)
         self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason="cancelled")
@@ -1342,7 +1344,7 @@ class Supervisor:
         """
         self.hooks.recover()
         for run in self.store.unfinished_runs():
-            if run.kind == "scheduled" and self.store.occurrence_for_run(run.seq) is None:
+            if not run.is_manual and self.store.occurrence_for_run(run.seq) is None:
                 self.block(run.schedule_id, f"{run.run_id} has no admission record")
                 continue
             if run.state == "admitted":

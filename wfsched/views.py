@@ -232,14 +232,17 @@ def attempt_view(row: AttemptRow) -> dict[str, Any]:
     }
 
 
+def run_occurrence_id(row: RunRow) -> str | None:
+    """The occurrence a scheduled run was admitted for; None for a manual run."""
+    return None if row.is_manual else occurrence_id(row.schedule_id, row.scheduled_at)
+
+
 def run_view(row: RunRow, attempts: list[AttemptRow]) -> dict[str, Any]:
     invocation = json.loads(row.invocation)
     return {
         "run_id": row.run_id,
         "schedule_id": row.schedule_id,
-        "occurrence_id": occurrence_id(row.schedule_id, row.scheduled_at)
-        if row.kind == "scheduled"
-        else None,
+        "occurrence_id": run_occurrence_id(row),
         "kind": row.kind,
         "state": row.state,
         "reason": row.reason,

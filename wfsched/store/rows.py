@@ -80,6 +80,11 @@ class RunRow:
     def run_id(self) -> str:
         return run_id(self.seq)
 
+    @property
+    def is_manual(self) -> bool:
+        """A `trigger`ed run: it has no occurrence and holds no capacity slot."""
+        return self.kind == "manual"
+
 
 @dataclass(frozen=True)
 class AttemptRow:
