@@ -310,3 +310,18 @@ def test_version_1_history_keeps_its_order_and_new_rows_follow_it(tmp_path: Path
         assert [v for v in violations if v["check"] == "ledger-order"] == []
     finally:
         store.close()
+
+
+def test_a_run_rows_invocation_is_parsed_once_into_typed_fields() -> None:
+    from wfsched.store.rows import Invocation, RunRow
+
+    text = (
+        '{"command": ["sh", "-c", "true"], "cwd": null, "env": {"A": "1"}, "input": {"x": 1},'
+        ' "timeout": 60, "kill_grace": 5}'
+    )
+    row = RunRow(1, "s", "scheduled", 0, "admitted", None, None, 1, text, 0.0, None, None, 0)
+    frozen = row.frozen
+    assert frozen == Invocation(["sh", "-c", "true"], None, {"A": "1"}, {"x": 1}, 60, 5, None)
+    assert row.frozen is frozen, "parsed once per row"
+    with pytest.raises(KeyError):
+        Invocation.from_json('{"cwd": null}')

@@ -52,6 +52,7 @@ from wfsched.rundirs import (
 from wfsched.sdnotify import Notifier
 from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, run_id
 from wfsched.store import SQLiteStore as Store  # the daemon opens the one backend there is
+from wfsched.store.rows import Invocation
 from wfsched.tickerrors import META_KEY, TickErrors, describe
 from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
 from wfsched.views import DefinitionCache, record_entries, run_occurrence_id
@@ -621,15 +622,15 @@ class Supervisor:
             self._unlaunched = True
             return
         runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
-        prepared: list[tuple[RunRow, dict[str, Any], RunDir]] = []
+        prepared: list[tuple[RunRow, Invocation, RunDir]] = []
         failure: Exception | None = None
         for run in runs:
             # One run that cannot be prepared (or failed) never holds up the rest.
             try:
-                invocation = json.loads(run.invocation)
+                invocation = run.frozen
                 rundir = RunDir(self.store.runs_dir, run.run_id)
                 try:
-                    rundir.prepare(invocation["input"])
+                    rundir.prepare(invocation.input)
                     rundir.prepare_attempt(attempt, resume_input)
                     prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
                 except Exception as exc:
@@ -749,13 +750,13 @@ class Supervisor:
     def _spec(
         self,
         run: RunRow,
-        invocation: dict[str, Any],
+        invocation: Invocation,
         rundir: RunDir,
         attempt: int,
         resumed: bool,
     ) -> LaunchSpec:
         env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
-        env.update(invocation["env"])
+        env.update(invocation.env)
         env.update(
             WFSCHED_SCHEDULE_ID=run.schedule_id,
             WFSCHED_OCCURRENCE_ID=run_occurrence_id(run) or "",
@@ -773,14 +774,14 @@ class Supervisor:
         return LaunchSpec(
             run_id=run.run_id,
             attempt=attempt,
-            argv=tuple(invocation["command"]),
-            cwd=invocation["cwd"],
+            argv=tuple(invocation.command),
+            cwd=invocation.cwd,
             env=env,
             stdin_path=str(stdin),
             attempt_dir=str(rundir.attempt_dir(attempt)),
             record_dir=str(attempt_record_dir(self.store.root, run.run_id, attempt)),
-            timeout=invocation["timeout"],
-            kill_grace=invocation["kill_grace"],
+            timeout=invocation.timeout,
+            kill_grace=invocation.kill_grace,
         )
 
     def _spawn(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
@@ -1065,7 +1066,7 @@ class Supervisor:
             if not self.control.signal_session(watch.handle, signal.SIGTERM):
                 return True
             run = self.store.get_run(watch.run_seq)
-            grace = json.loads(run.invocation)["kill_grace"] if run is not None else 0
+            grace = run.frozen.kill_grace if run is not None else 0
             watch.kill_at = now + grace
             self.log("terminating", run=run_id(watch.run_seq), session=sid, grace=grace)
             return False
@@ -1104,7 +1105,7 @@ class Supervisor:
     def _record_end(
         self, run: RunRow, watch: Watch, record: ExitRecord | None, failure: str | None
     ) -> tuple[str, str | None, int | None]:
-        invocation = json.loads(run.invocation)
+        invocation = run.frozen
         exit_code: int | None = None
         finished = self.clock()
         reason: str | None
@@ -1116,7 +1117,7 @@ class Supervisor:
             )
         elif record is not None:
             exit_code, finished = record.exit_code, record.finished_at
-            state, reason = _outcome(record, invocation.get("interrupt_exit_code"))
+            state, reason = _outcome(record, invocation.interrupt_exit_code)
             if state == "failed" and record.outcome == "cancelled" and watch.cancel_reason:
                 reason = watch.cancel_reason
         else:
@@ -1407,7 +1408,7 @@ class Supervisor:
                     self.control.cancel(watch.handle)
                 run = self.store.get_run(watch.run_seq)
                 if run is not None:
-                    longest_grace = max(longest_grace, json.loads(run.invocation)["kill_grace"])
+                    longest_grace = max(longest_grace, run.frozen.kill_grace)
             self._wait_for_watches(longest_grace + 5)
         self.log("drained", left=len(self.watches))
 

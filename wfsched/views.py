@@ -238,7 +238,7 @@ def run_occurrence_id(row: RunRow) -> str | None:
 
 
 def run_view(row: RunRow, attempts: list[AttemptRow]) -> dict[str, Any]:
-    invocation = json.loads(row.invocation)
+    invocation = row.frozen
     return {
         "run_id": row.run_id,
         "schedule_id": row.schedule_id,
@@ -253,11 +253,11 @@ def run_view(row: RunRow, attempts: list[AttemptRow]) -> dict[str, Any]:
         "started_at": format_event(row.started_at),
         "finished_at": format_event(row.finished_at),
         "invocation": {
-            "command": invocation["command"],
-            "cwd": invocation["cwd"],
-            "env": invocation["env"],
-            "input": invocation["input"],
-            "timeout": invocation["timeout"],
+            "command": invocation.command,
+            "cwd": invocation.cwd,
+            "env": invocation.env,
+            "input": invocation.input,
+            "timeout": invocation.timeout,
         },
         "attempts": [attempt_view(attempt) for attempt in attempts],
     }

@@ -6,7 +6,10 @@ The store interface (`wfsched.store.interface.Store`) returns only these
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,35 @@ class OccurrenceRow:
 
 
 @dataclass(frozen=True)
+class Invocation:
+    """A run's invocation as admission froze it (`runs.invocation`)."""
+
+    command: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    input: Any
+    """The resolved input document (JSON)."""
+    timeout: int | None
+    kill_grace: int
+    interrupt_exit_code: int | None
+    """None also for runs frozen before the setting existed."""
+
+    @classmethod
+    def from_json(cls, text: str) -> Invocation:
+        """Raises ValueError or KeyError for a damaged row."""
+        data = json.loads(text)
+        return cls(
+            command=data["command"],
+            cwd=data["cwd"],
+            env=data["env"],
+            input=data["input"],
+            timeout=data["timeout"],
+            kill_grace=data["kill_grace"],
+            interrupt_exit_code=data.get("interrupt_exit_code"),
+        )
+
+
+@dataclass(frozen=True)
 class RunRow:
     seq: int
     schedule_id: str
@@ -79,6 +111,11 @@ class RunRow:
     @property
     def run_id(self) -> str:
         return run_id(self.seq)
+
+    @cached_property
+    def frozen(self) -> Invocation:
+        """`invocation` parsed, once per row (ValueError/KeyError if damaged)."""
+        return Invocation.from_json(self.invocation)
 
     @property
     def is_manual(self) -> bool:
