@@ -355,7 +355,7 @@ def test_the_calendar_cache_keeps_only_current_revisions(h: Harness) -> None:
         text += '[run]\ncommand = ["true"]\n[policy]\noverlap = "parallel"\nmax_active_runs = 9\n'
         h.admin.update(parse_definition(text, "a.toml", now=int(h.clock())), minute)
         h.tick_at(T0 + minute * MINUTE)
-    assert [key for key in h.supervisor._calendars] == [("a", 6)]
+    assert {key: revision for key, (revision, _) in h.supervisor._calendars.items()} == {"a": 6}
 
 
 def test_a_run_launched_before_the_records_tree_existed_is_still_recovered(h: Harness) -> None:

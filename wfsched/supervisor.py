@@ -192,7 +192,9 @@ class Supervisor:
         self._focus: dict[str, Any] = {}
         """What the current phase is working on (schedule, run, request), for
         the log line if it fails."""
-        self._calendars: dict[tuple[str, int], CronCalendar | OneShotCalendar] = {}
+        self._calendars: dict[str, tuple[int, CronCalendar | OneShotCalendar]] = {}
+        """Per schedule, the calendar of its current revision only: an edit
+        replaces the entry, so the cache never outgrows the schedules."""
         self._round_robin_after = ""
         self.owned_at: int | None = None
         """When this supervisor took ownership (its first tick): instants due
@@ -537,13 +539,11 @@ class Supervisor:
         return None, document
 
     def _calendar(self, row: ScheduleRow, defn: Definition) -> CronCalendar | OneShotCalendar:
-        key = (row.id, row.revision)
-        cal = self._calendars.get(key)
-        if cal is None:
-            # Only the current revision is ever asked for again: drop the others.
-            for stale in [k for k in self._calendars if k[0] == row.id]:
-                del self._calendars[stale]
-            cal = self._calendars[key] = calendar_for(defn.trigger)
+        cached = self._calendars.get(row.id)
+        if cached is not None and cached[0] == row.revision:
+            return cached[1]
+        cal = calendar_for(defn.trigger)
+        self._calendars[row.id] = (row.revision, cal)
         return cal
 
     def block(self, schedule_id: str, reason: str) -> None:
