@@ -501,6 +501,8 @@ class TestAdministrationAroundAdmission:
         assert second["invocation"]["command"] == ["echo", "v2"] and second["revision"] == 2
         spec, _ = h.control.spec("run-000002")
         assert spec.argv == ("echo", "v2")
+        # Only the current revision stays parsed: edits never grow the cache.
+        assert len(h.supervisor.definitions) == 1
 
     def test_a_pause_that_lands_before_the_tick_wins(self, h: Harness) -> None:
         h.define("a", cron="0 * * * *")

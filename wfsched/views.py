@@ -41,28 +41,30 @@ def corrupt_definition(row: ScheduleRow, exc: Exception) -> StoreError:
 
 
 class DefinitionCache:
-    """Stored definitions parsed once per (id, revision): the operator API and
-    the supervisor both read them at every decision, and a revision never
-    changes once written."""
+    """Stored definitions parsed once per revision: the operator API and the
+    supervisor both read them at every decision. Per schedule only its
+    current revision is kept (an edit replaces the entry), so a long-running
+    supervisor's cache never outgrows its schedules."""
 
     def __init__(self) -> None:
-        self._parsed: dict[tuple[str, int], Definition] = {}
+        self._parsed: dict[str, tuple[int, Definition]] = {}
+
+    def __len__(self) -> int:
+        return len(self._parsed)
 
     def get(self, row: ScheduleRow) -> Definition:
         """The stored definition, with the rules it was accepted under (a
         later release's tighter bounds apply to definitions coming in, never
         to what the store already holds)."""
-        key = (row.id, row.revision)
-        cached = self._parsed.get(key)
-        if cached is None:
-            try:
-                cached = definition_from_document(
-                    stored_document(row), f"store:{row.id}", stored=True
-                )
-            except DefinitionError as exc:
-                raise corrupt_definition(row, exc) from None
-            self._parsed[key] = cached
-        return cached
+        cached = self._parsed.get(row.id)
+        if cached is not None and cached[0] == row.revision:
+            return cached[1]
+        try:
+            parsed = definition_from_document(stored_document(row), f"store:{row.id}", stored=True)
+        except DefinitionError as exc:
+            raise corrupt_definition(row, exc) from None
+        self._parsed[row.id] = (row.revision, parsed)
+        return parsed
 
 
 def record_entries(
