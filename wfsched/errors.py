@@ -116,3 +116,11 @@ class EndOfTime(CalendarExhausted):
     Near year 9999 croniter overflows instead of answering; that is the end
     of the calendar like any other, and a query there is told so plainly.
     """
+
+
+class StoreUnavailable(StoreError):
+    """The store's database cannot be reached or the connection was lost (exit 1).
+
+    Raised by a networked store (PostgreSQL); the supervisor rides it out by
+    reconnecting, a command reports it as its one line.
+    """

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from wfsched.errors import ConflictError, NotFoundError, OperationError, UsageError
-from wfsched.ownership import holder
 from wfsched.paging import decode_cursor, encode_cursor
 from wfsched.rundirs import NO_RESUME_INPUT, RunDir
 from wfsched.store import RequestRow, RunRow, Store, parse_run_id
@@ -132,7 +131,7 @@ class Runs:
             return self.store.insert_request("cancel", self.clock(), run_seq=run.seq)
 
     def supervisor_pid(self) -> int | None:
-        return holder(self.store.lock_path)
+        return self.store.supervisor_pid()
 
     def wait(self, request_seq: int, timeout: float) -> RequestRow:
         """Poll the request until the supervisor answers or `timeout` passes."""

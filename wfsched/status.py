@@ -11,11 +11,9 @@ describe it.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from wfsched.config import SupervisorConfig
-from wfsched.ownership import holder
 from wfsched.store import Store
 from wfsched.tickerrors import META_KEY as TICK_ERRORS_KEY
 from wfsched.tickerrors import published
@@ -33,7 +31,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
     `supervisor.stale` is true when a process holds the lock but has not
     ticked for three poll intervals: alive but stuck (or its clock jumped).
     """
-    pid = holder(store.lock_path)
+    pid = store.supervisor_pid()
     with store.snapshot():
         meta = {
             key: store.get_meta(key)
@@ -99,7 +97,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             }
             for row in rejected
         ],
-        "store": str(store.root),
+        "store": store.display,
     }
 
 
@@ -116,7 +114,7 @@ def _launcher(meta: dict[str, str | None]) -> dict[str, Any] | None:
     }
 
 
-def status_without_store(root: Path) -> dict[str, Any]:
+def status_without_store(display: str) -> dict[str, Any]:
     """The same shape for a store that does not exist yet (nothing to report)."""
     return {
         "supervisor": {
@@ -137,7 +135,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
         "errors": published(None),
         "launcher": None,
         "preflight_rejected": [],
-        "store": str(root),
+        "store": display,
     }
 
 

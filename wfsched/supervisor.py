@@ -24,7 +24,7 @@ from wfsched.admin import Admin, record_entries
 from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for
 from wfsched.config import SupervisorConfig
 from wfsched.decisions import Candidate, Decision, ScheduleView, decide
-from wfsched.errors import WfschedError
+from wfsched.errors import StoreUnavailable, WfschedError
 from wfsched.eventlog import EventLog
 from wfsched.faults import FaultHook, no_fault
 from wfsched.hooks import FailureHooks, RunFacts
@@ -50,8 +50,17 @@ from wfsched.rundirs import (
     record_dir,
 )
 from wfsched.sdnotify import Notifier
-from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, run_id
-from wfsched.store import SQLiteStore as Store  # the daemon opens the one backend there is
+from wfsched.store import (
+    LOCK_NAME,
+    RequestRow,
+    RunRow,
+    ScheduleRow,
+    Store,
+    StoreLocation,
+    open_location,
+    resolve_store,
+    run_id,
+)
 from wfsched.tickerrors import META_KEY, TickErrors, describe
 from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
 
@@ -60,6 +69,9 @@ ABANDONED = (
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64
+OUTAGE_FIRST_RETRY = 0.5
+OUTAGE_MAX_RETRY = 10.0
+"""Seconds between reconnection attempts while the store is unreachable (doubling)."""
 WAKE_EARLY = 0.02
 """The last seconds before a due instant are spent awake, not in epoll."""
 RETENTION_BATCH = 50
@@ -301,20 +313,57 @@ class Supervisor:
         self.observer.started(self.store)
         self.recover()
         self.notifier.send("READY=1", "STATUS=supervising")
-        self.log("started", pid=os.getpid(), store=str(self.store.root))
+        self.log("started", pid=os.getpid(), store=self.store.display)
         selector = self._make_selector()
         watchdog_due = time.monotonic()
         while not self.stop_requested:
             tick_started = time.monotonic()
-            self.tick()
-            self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
-            if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
-                self.notifier.send("WATCHDOG=1")
-                watchdog_due = time.monotonic() + self.notifier.watchdog_interval
-            timing = self._phase("next-due", self._sleep_seconds)
-            self._wait_until_due(selector, *(timing or (self.config.poll_interval, False)))
+            try:
+                self.tick()
+                self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
+                if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
+                    self.notifier.send("WATCHDOG=1")
+                    watchdog_due = time.monotonic() + self.notifier.watchdog_interval
+                timing = self._phase("next-due", self._sleep_seconds)
+                self._wait_until_due(selector, *(timing or (self.config.poll_interval, False)))
+            except StoreUnavailable as exc:
+                self.ride_out_outage(selector, exc)
         self.drain(selector)
         selector.close()
+
+    def ride_out_outage(self, selector: selectors.BaseSelector, lost: StoreUnavailable) -> None:
+        """The store's database went away (a networked store): reconnect with
+        backoff, take ownership again, then resynchronise from the store.
+
+        Nothing is admitted or launched meanwhile, and nothing after it rests
+        on what the supervisor believed before: a transaction whose COMMIT
+        failed may or may not have happened, so the store is read again (runs
+        marked running that no watch covers get recovery's verdict, admitted
+        runs are looked up again). Runs already executing go on; their exits
+        wait in their run directories. Another supervisor holding the store
+        by then is a ConflictError: this one stops."""
+        started = time.monotonic()
+        self.log("store-unavailable", reason=str(lost))
+        delay = OUTAGE_FIRST_RETRY
+        while not self.stop_requested:
+            self._wait(selector, delay)
+            try:
+                self.store.reconnect()
+            except StoreUnavailable:
+                delay = min(delay * 2, OUTAGE_MAX_RETRY)
+                continue
+            break
+        else:
+            return
+        self.log("store-reconnected", outage=f"{time.monotonic() - started:.3f}s")
+        self.resynchronise()
+
+    def resynchronise(self) -> None:
+        """After an outage: what the store says, not what memory says."""
+        self._unlaunched = True
+        for run in self.store.unfinished_runs():
+            if run.state == "running" and run.seq not in self.watches:
+                self._recover_running(run)
 
     def request_stop(self, *_: Any) -> None:
         """Signal handler: only sets the flag; the loop does the work."""
@@ -419,6 +468,10 @@ class Supervisor:
         self._focus = {}
         try:
             return action(*args)
+        except StoreUnavailable:
+            # Not a phase's failure: the store is gone for every phase. The
+            # loop stops the tick and rides the outage out (ride_out_outage).
+            raise
         except Exception as exc:
             self._unlaunched = True
             repeated = self.errors.record(name, exc, self._focus, self.clock())
@@ -1556,7 +1609,7 @@ def _outcome(record: ExitRecord, interrupt_exit_code: int | None) -> tuple[str, 
 
 
 def run_supervisor(
-    store_root: Path,
+    location: StoreLocation | Path,
     config: SupervisorConfig,
     *,
     control: ProcessControl | None = None,
@@ -1573,6 +1626,8 @@ def run_supervisor(
     lock nor the database), then the lock, recovery, the loop, the drain, and
     the lock released last. `stopped` tells whether a stop signal arrived
     before this was called (the CLI catches them even earlier)."""
+    if isinstance(location, Path):
+        location = resolve_store(location)
     early: list[int] = []
     previous = {
         signum: signal.signal(signum, lambda n, _f: early.append(n))
@@ -1580,7 +1635,7 @@ def run_supervisor(
     }
     try:
         _supervise(
-            store_root,
+            location,
             config,
             control,
             clock,
@@ -1598,7 +1653,7 @@ def run_supervisor(
 
 
 def _supervise(
-    store_root: Path,
+    location: StoreLocation,
     config: SupervisorConfig,
     control: ProcessControl | None,
     clock: Clock,
@@ -1610,20 +1665,35 @@ def _supervise(
     stopped: Callable[[], bool],
     observer: Observer | None,
 ) -> None:
+    """A SQLite store's ownership lock is its `supervisor.lock` file, taken
+    before the database is opened; a PostgreSQL store's is a session advisory
+    lock on the store's own connection, so the server drops it when this
+    process or its connection dies."""
     control = control or ForkServerControl()
     control.start()
     if early or stopped():
         control.stop()
         return
-    ownership = Ownership(store_root / LOCK_NAME)
+    ownership: Ownership | None = None
     try:
-        store_root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        ownership.acquire()
+        if location.path is not None:
+            ownership = Ownership(location.path / LOCK_NAME)
+            location.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            ownership.acquire()
+        store = open_location(location, create=True)
+        assert store is not None
+        if ownership is None:
+            try:
+                store.take_ownership()  # type: ignore[attr-defined]
+            except BaseException:
+                store.close()
+                raise
     except BaseException:
         control.stop()
+        if ownership is not None:
+            ownership.release()
         raise
     try:
-        store = Store(store_root)
         if prepare is not None:
             # Under the lock, before recovery (e.g. `supervise --apply`).
             prepare(store)
@@ -1649,4 +1719,5 @@ def _supervise(
             store.close()
     finally:
         control.stop()
-        ownership.release()
+        if ownership is not None:
+            ownership.release()

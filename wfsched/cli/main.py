@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from wfsched import __version__, early_stop
-from wfsched.cli import CliState, audit, prune, runs, schedules, supervise
+from wfsched.cli import CliState, audit, prune, runs, schedules, store, supervise
 from wfsched.cli.output import printable
 from wfsched.errors import DefinitionErrors, WfschedError
 
@@ -154,6 +154,7 @@ runs.register(cli)
 supervise.register(cli)
 prune.register(cli)
 audit.register(cli)
+store.register(cli)
 # ---------------------------------------------------------------------------------
 
 

@@ -43,7 +43,7 @@ def _runs(state: CliState) -> Runs:
 
     store = state.store(create=False)
     if store is None:
-        raise NotFoundError(f"no store at {state.resolved_store_path()}")
+        raise NotFoundError(f"no store at {state.location().display}")
     return Runs(store, clock=state.clock)
 
 

@@ -161,7 +161,7 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
         output.say("no definitions found")
         return
     summary = ", ".join(f"{count} {name}" for name, count in tally.items())
-    where = state.resolved_store_path()
+    where = state.location().display
     output.say(
         f"{summary} (dry run: nothing written to {where})"
         if dry_run
@@ -588,7 +588,7 @@ def status(state: CliState, as_json: bool) -> None:
 
     store = state.read_store()
     if store is None:
-        info = status_without_store(state.resolved_store_path())
+        info = status_without_store(state.location().display)
     else:
         info = store_status(store, clock=state.clock)
     if as_json:

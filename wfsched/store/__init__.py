@@ -11,6 +11,7 @@ from pathlib import Path
 
 from wfsched.store.core import DB_NAME, LOCK_NAME, RUNS_DIR, SQLiteStore, open_existing_store
 from wfsched.store.interface import Store
+from wfsched.store.location import StoreLocation, require_psycopg, resolve_store
 from wfsched.store.paths import default_store_path, resolve_store_path
 from wfsched.store.rows import (
     PRUNED_STATE,
@@ -36,6 +37,23 @@ def open_store(root: str | Path, *, create: bool = True) -> Store:
     return SQLiteStore(root, create=create)
 
 
+def open_location(location: StoreLocation, *, create: bool) -> Store | None:
+    """The store `location` names; with `create=False` a store that does not exist
+    yet is None (reading commands create nothing: no directory, no schema)."""
+    if location.is_postgres:
+        require_psycopg()
+        from wfsched.store.postgres import NoStore, PostgresStore
+
+        try:
+            return PostgresStore(location, create=create)
+        except NoStore:
+            return None
+    assert location.path is not None
+    if not create and not (location.path / DB_NAME).exists():
+        return None
+    return SQLiteStore(location.path, create=create)
+
+
 __all__ = [
     "DB_NAME",
     "LOCK_NAME",
@@ -54,10 +72,13 @@ __all__ = [
     "ScheduleRow",
     "SchemaProblem",
     "Store",
+    "StoreLocation",
     "default_store_path",
     "open_existing_store",
+    "open_location",
     "open_store",
     "parse_run_id",
+    "resolve_store",
     "resolve_store_path",
     "run_id",
 ]

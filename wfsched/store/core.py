@@ -22,6 +22,7 @@ from typing import Any
 from wfsched.errors import NotFoundError, StoreError
 from wfsched.store.audit import AuditQueries
 from wfsched.store.batching import chunked
+from wfsched.store.copying import CopyQueries
 from wfsched.store.dialect import SQLITE
 from wfsched.store.metrics import MetricsQueries
 from wfsched.store.operator import OperatorQueries
@@ -93,7 +94,7 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries):
+class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
     Implements `wfsched.store.interface.Store`. Query groups for `audit` and
@@ -108,6 +109,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         self.db_path = self.root / DB_NAME
         self.lock_path = self.root / LOCK_NAME
         self.runs_dir = self.root / RUNS_DIR
+        self.display = str(self.root)
         if not self.db_path.exists() and not create:
             raise StoreError(f"no store at {self.root}; create a schedule there first")
         self._conn = self._connect()
@@ -160,6 +162,11 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     def close(self) -> None:
         self._conn.close()
+
+    def reconnect(self) -> None:
+        """A fresh connection (the database file stays where it is)."""
+        self._conn.close()
+        self._conn = self._connect()
 
     @property
     def schema_version(self) -> int:
@@ -540,6 +547,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def supervisor_pid(self) -> int | None:
+        """The pid holding the store's supervisor.lock, from the kernel's lock table."""
+        from wfsched.ownership import holder
+
+        return holder(self.lock_path)
 
 
 def _schedule(row: Sequence[Any]) -> ScheduleRow:
