@@ -80,6 +80,7 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "revision",
             "run_seq",
             "recorded_at",
+            "ledger_pos",
         ),
     ),
     (

@@ -77,11 +77,6 @@ _EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
 _SCHEDULE_BLOCKED = (
     "EXISTS (SELECT 1 FROM schedules s WHERE s.id = r.schedule_id AND s.blocked_reason IS NOT NULL)"
 )
-# A new ledger row's position: the seq AUTOINCREMENT is about to give it, which
-# lies above every seq (and so every position) the table has ever used. Each
-# statement of an executemany sees the sequence its predecessor advanced.
-# (A database trigger does the same for an insert that names no position.)
-_NEXT_POSITION = "COALESCE((SELECT seq + 1 FROM sqlite_sequence WHERE name = 'occurrences'), 1)"
 _OCCURRENCE_SELECT = (
     "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
     " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
@@ -279,7 +274,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         cursor = self._execute(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
-            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {_NEXT_POSITION}))",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            f" COALESCE(?, {self.dialect.next_ledger_position()}))",
             (
                 schedule_id,
                 scheduled_at,
@@ -302,7 +298,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         self._execute_many(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
-            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_POSITION})",
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {self.dialect.next_ledger_position()})",
             rows,
         )
 

@@ -74,6 +74,14 @@ class PostgresDialect(Dialect):
         # only cost an extra re-read).
         return "SELECT (pg_current_wal_lsn() - '0/0')::bigint"
 
+    def highest_seq(self, table: str) -> str:
+        return f"pg_sequence_last_value(pg_get_serial_sequence('{table}', 'seq')::regclass)"
+
+    def next_ledger_position(self) -> str:
+        # No position named: the BEFORE INSERT trigger gives the row its own
+        # seq, which the identity default has drawn by then.
+        return "CAST(NULL AS BIGINT)"
+
     def group_concat(self, expression: str) -> str:
         return f"string_agg(CAST({expression} AS TEXT), ',')"
 

@@ -140,6 +140,35 @@ PG_MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ],
     ),
     (
+        2,
+        # Mirrors SQLite's migration 2: history pages in record order, keyed by
+        # a position no later write can fall behind.
+        "ledger positions: occurrences paged in record order",
+        [
+            "ALTER TABLE occurrences ADD COLUMN ledger_pos BIGINT",
+            "UPDATE occurrences o SET ledger_pos = r.pos FROM (SELECT seq, ROW_NUMBER() OVER"
+            " (PARTITION BY schedule_id ORDER BY scheduled_at, seq) AS pos FROM occurrences) r"
+            " WHERE r.seq = o.seq",
+            "CREATE UNIQUE INDEX occurrences_ledger ON occurrences(schedule_id, ledger_pos)",
+            # A new row takes its own seq as its position, whatever code path
+            # inserts it (the identity default is drawn before BEFORE triggers
+            # run); only retention places a row explicitly.
+            """
+            CREATE FUNCTION occurrences_ledger_position() RETURNS trigger
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.ledger_pos IS NULL THEN
+                    NEW.ledger_pos := NEW.seq;
+                END IF;
+                RETURN NEW;
+            END
+            $$
+            """,
+            "CREATE TRIGGER occurrences_ledger_position BEFORE INSERT ON occurrences"
+            " FOR EACH ROW EXECUTE FUNCTION occurrences_ledger_position()",
+        ],
+    ),
+    (
         3,
         # Same number as the SQLite migration it mirrors: the edit's watermark.
         "revisions.watermark",
@@ -179,4 +208,4 @@ PG_MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
 ]
 
-LATEST_PG_VERSION = PG_MIGRATIONS[-1][0]
+LATEST_PG_VERSION = max(number for number, _why, _statements in PG_MIGRATIONS)

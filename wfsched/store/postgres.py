@@ -342,9 +342,10 @@ class PostgresStore(SQLiteStore):
     def after_import(self) -> None:
         """Identity sequences continue after the copied keys."""
         for table in ("runs", "occurrences", "requests", "notifications"):
+            # is_called: the copied maximum counts as handed out, as it was.
             self._raw(
-                f"SELECT setval(pg_get_serial_sequence('{table}', 'seq'),"
-                f" COALESCE((SELECT MAX(seq) FROM {table}), 0) + 1, false)"
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'seq'), MAX(seq))"
+                f" FROM {table} HAVING MAX(seq) IS NOT NULL"
             )
 
     # -- the supervisor's ownership --------------------------------------------------
