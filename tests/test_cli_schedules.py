@@ -85,6 +85,11 @@ def opened(store_path: Path) -> Iterator[Store]:
         store.close()
 
 
+def shown(store_path: Path) -> str:
+    """How output names the store: its directory, or the PostgreSQL URL without password."""
+    return resolve_store(PG_URL[0]).display if PG_URL else str(store_path.resolve())
+
+
 def assert_no_store(store_path: Path) -> None:
     """Nothing was written: no store directory, and no PostgreSQL schema either."""
     assert not store_path.exists()
@@ -400,7 +405,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "created change (revision 1)",
         "created drop (revision 1)",
         "created keep (revision 1)",
-        f"3 created, 0 updated, 0 unchanged, 0 deleted in store {store_path.resolve()}",
+        f"3 created, 0 updated, 0 unchanged, 0 deleted in store {shown(store_path)}",
     ]
 
     make_definition("change", cron="30 * * * *")
@@ -411,7 +416,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "updated change (revision 2)",
         "created fresh (revision 1)",
         "unchanged keep (revision 1)",
-        f"1 created, 1 updated, 1 unchanged, 0 deleted in store {store_path.resolve()}",
+        f"1 created, 1 updated, 1 unchanged, 0 deleted in store {shown(store_path)}",
     ]
     assert rows(store_path)["drop"].deleted_at is None  # absent, but no --prune
 
@@ -422,7 +427,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "unchanged fresh (revision 1)",
         "unchanged keep (revision 1)",
         "deleted drop (revision 1)",
-        f"0 created, 0 updated, 3 unchanged, 1 deleted in store {store_path.resolve()}",
+        f"0 created, 0 updated, 3 unchanged, 1 deleted in store {shown(store_path)}",
     ]
     assert rows(store_path)["drop"].deleted_at is not None
 
@@ -438,7 +443,7 @@ def test_apply_dry_run_writes_nothing(
         "created one (revision 1)",
         "created two (revision 1)",
         f"2 created, 0 updated, 0 unchanged, 0 deleted (dry run: nothing written to"
-        f" {store_path.resolve()})",
+        f" {shown(store_path)})",
     ]
     assert_no_store(store_path)
 
@@ -454,7 +459,7 @@ def test_apply_dry_run_writes_nothing(
         "created three (revision 1)",
         "deleted two (revision 1)",
         f"1 created, 1 updated, 0 unchanged, 1 deleted (dry run: nothing written to"
-        f" {store_path.resolve()})",
+        f" {shown(store_path)})",
     ]
     assert rows(store_path) == before
 
