@@ -30,10 +30,13 @@ from wfsched.store.rows import (
 )
 
 
-def open_store(root: str | Path, *, create: bool = True) -> Store:
+def open_store(
+    root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+) -> Store:
     """The store at `root` (a directory: SQLite), created if missing unless
-    `create` is False."""
-    return SQLiteStore(root, create=create)
+    `create` is False. `busy_timeout`: seconds a write waits for another
+    process's transaction before the store counts as locked (default 15)."""
+    return SQLiteStore(root, create=create, busy_timeout=busy_timeout)
 
 
 __all__ = [
