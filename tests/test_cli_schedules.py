@@ -954,6 +954,7 @@ def test_status_json_without_a_supervisor(run_cli: CliRun, created, store_path: 
         "last_tick_at": None,
         "uptime": None,
         "stale": False,
+        "fault": None,
     }
     assert (info["executing"], info["interrupted"], info["max_concurrent_runs"]) == (0, 0, 4)
     assert info["next_due"] == {"schedule_id": "sooner", "at": "2026-06-01T12:30:00Z"}

@@ -235,12 +235,12 @@ def test_only_one_supervisor_owns_a_database(pg_url: str) -> None:
 
 
 def test_a_command_on_a_lost_connection_is_one_line(pg_server: PostgresServer, pg_url: str) -> None:
-    from wfsched.errors import StoreUnavailable
+    from wfsched.errors import StoreConnectionLost
 
     store = PostgresStore(resolve_store(pg_url))
     try:
         pg_server.terminate(dbname=dbname(pg_url))
-        with pytest.raises(StoreUnavailable) as caught:
+        with pytest.raises(StoreConnectionLost) as caught:
             store.list_schedules()
         message = str(caught.value)
         assert message.startswith(f"store {resolve_store(pg_url).display}: connection lost: ")

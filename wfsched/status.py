@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from wfsched.config import SupervisorConfig
+from wfsched.runtime import read_fault
 from wfsched.store import Store
 from wfsched.tickerrors import META_KEY as TICK_ERRORS_KEY
 from wfsched.tickerrors import published
@@ -30,8 +31,14 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
 
     `supervisor.stale` is true when a process holds the lock but has not
     ticked for three poll intervals: alive but stuck (or its clock jumped).
+    `fault` is the supervisor's open fault episode (kind, error, since,
+    phase), read from its runtime file (wfsched.runtime) because the store
+    may be unwritable while it lasts; null when there is none.
     """
     pid = store.supervisor_pid()
+    fault = read_fault(store.root, pid)
+    if fault is not None and isinstance(fault.get("since"), int | float):
+        fault["since"] = format_event(fault["since"])
     with store.snapshot():
         meta = {
             key: store.get_meta(key)
@@ -58,7 +65,13 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
     capacity = _number(meta["max_concurrent_runs"])
     running = pid is not None
     seen = last_tick_at if last_tick_at is not None else started_at
-    stale = running and seen is not None and clock() - seen > STALE_AFTER_POLLS * poll_interval
+    # During a fault episode the stamp cannot be written: the fault says why.
+    stale = (
+        running
+        and fault is None
+        and seen is not None
+        and clock() - seen > STALE_AFTER_POLLS * poll_interval
+    )
     return {
         "supervisor": {
             "running": running,
@@ -67,6 +80,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             "last_tick_at": format_event(last_tick_at),
             "uptime": round(clock() - started_at, 3) if running and started_at else None,
             "stale": stale,
+            "fault": fault,
         },
         # Capacity governs scheduled runs; manual runs bypass it and are
         # counted apart so "executing X of N" never exceeds N.
@@ -124,6 +138,7 @@ def status_without_store(display: str) -> dict[str, Any]:
             "last_tick_at": None,
             "uptime": None,
             "stale": False,
+            "fault": None,
         },
         "executing": 0,
         "executing_manual": 0,

@@ -31,15 +31,21 @@ from wfsched.store.rows import (
 )
 
 
-def open_store(root: str | Path, *, create: bool = True) -> Store:
+def open_store(
+    root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+) -> Store:
     """The store at `root` (a directory: SQLite), created if missing unless
-    `create` is False."""
-    return SQLiteStore(root, create=create)
+    `create` is False. `busy_timeout`: seconds a write waits for another
+    process's transaction before the store counts as locked (default 15)."""
+    return SQLiteStore(root, create=create, busy_timeout=busy_timeout)
 
 
-def open_location(location: StoreLocation, *, create: bool) -> Store | None:
+def open_location(
+    location: StoreLocation, *, create: bool, busy_timeout: float | None = None
+) -> Store | None:
     """The store `location` names; with `create=False` a store that does not exist
-    yet is None (reading commands create nothing: no directory, no schema)."""
+    yet is None (reading commands create nothing: no directory, no schema).
+    `busy_timeout` is SQLite's wait for a lock held by another writer."""
     if location.is_postgres:
         require_psycopg()
         from wfsched.store.postgres import NoStore, PostgresStore
@@ -51,7 +57,7 @@ def open_location(location: StoreLocation, *, create: bool) -> Store | None:
     assert location.path is not None
     if not create and not (location.path / DB_NAME).exists():
         return None
-    return SQLiteStore(location.path, create=create)
+    return SQLiteStore(location.path, create=create, busy_timeout=busy_timeout)
 
 
 __all__ = [

@@ -34,6 +34,7 @@ from wfsched.store.rows import (
     RunRow,
     ScheduleRow,
 )
+from wfsched.store.worded import WordedConnection
 
 DB_NAME = "wfsched.db"
 LOCK_NAME = "supervisor.lock"
@@ -99,7 +100,10 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     dialect = SQLITE
 
-    def __init__(self, root: str | Path, *, create: bool = True) -> None:
+    def __init__(
+        self, root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+    ) -> None:
+        self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if busy_timeout is None else busy_timeout
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
         self.db_path = self.root / DB_NAME
         self.lock_path = self.root / LOCK_NAME
@@ -112,20 +116,19 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     # -- connection and transactions ---------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> WordedConnection:
         old_umask = os.umask(0o077)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self.runs_dir.mkdir(exist_ok=True)
-            conn = sqlite3.connect(
-                self.db_path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
-            )
+            raw = sqlite3.connect(self.db_path, isolation_level=None, timeout=self.busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open store {self.root}: {exc}") from exc
         finally:
             os.umask(old_umask)
+        conn = WordedConnection(raw, self.db_path, self.busy_timeout)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")

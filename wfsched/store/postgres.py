@@ -20,7 +20,7 @@ unique occurrence key, the one-run-per-row key and the monotone watermark
 are enforced by the database (unique indexes and a trigger), not by this
 code.
 
-A lost connection becomes `StoreUnavailable`: one line naming the store by
+A lost connection becomes `StoreConnectionLost`: one line naming the store by
 its URL without password, never the driver's exception class.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from wfsched.errors import ConflictError, NotFoundError, StoreError, StoreUnavailable
+from wfsched.errors import ConflictError, NotFoundError, StoreConnectionLost, StoreError
 from wfsched.store.audit import normalize_sql
 from wfsched.store.copying import BATCH
 from wfsched.store.core import LOCK_NAME, RUNS_DIR, SQLiteStore
@@ -105,7 +105,7 @@ class PostgresStore(SQLiteStore):
                 self.location.conninfo or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT
             )
         except psycopg.Error as exc:
-            raise StoreUnavailable(
+            raise StoreConnectionLost(
                 f"cannot connect to store {self.display}: {self._scrub(exc)}"
             ) from None
 
@@ -134,11 +134,11 @@ class PostgresStore(SQLiteStore):
 
     def _failed(self, exc: psycopg.Error) -> StoreError:
         """A driver error as the store's own: a lost or refused connection is
-        StoreUnavailable; any other server error one line naming the store.
+        StoreConnectionLost; any other server error one line naming the store.
         Integrity errors are not translated: they are the database refusing a
         write, and propagate as such (as SQLite's do)."""
         if isinstance(exc, psycopg.OperationalError):
-            return StoreUnavailable(f"store {self.display}: connection lost: {self._scrub(exc)}")
+            return StoreConnectionLost(f"store {self.display}: connection lost: {self._scrub(exc)}")
         return StoreError(f"store {self.display}: {self._scrub(exc)}")
 
     def _execute(self, statement: str, params: Sequence[Any] = ()) -> Any:
