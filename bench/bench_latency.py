@@ -31,6 +31,7 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from common import (
     STAMP_COMMAND,
@@ -51,7 +52,7 @@ from common import (
 )
 
 from wfsched.launcher import read_exit_record
-from wfsched.store import SQLiteStore
+from wfsched.store import open_location, resolve_store
 
 
 def main() -> int:
@@ -73,12 +74,18 @@ def main() -> int:
         help="serve --metrics and scrape /metrics every S seconds [off]",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="an empty PostgreSQL store (postgresql://...) instead of a scratch SQLite one",
+    )
     args = parser.parse_args()
 
     verdicts = Verdicts()
     scraper = None
     with temp_store(args.keep, "wfsched-bench-latency-") as root:
-        store, defs, out = root / "store", root / "defs", root / "out"
+        defs, out = root / "defs", root / "out"
+        store: Path | str = args.store or root / "store"
         out.mkdir()
         first = math.ceil(time.time()) + args.lead
         instants = [first + i * args.spacing for i in range(args.samples)]
@@ -127,13 +134,14 @@ def main() -> int:
             verdicts.require("scrapes answered", not scraper.errors, f"{scraper.errors[:2]}")
 
         stamps = read_stamps(out)
-        db = SQLiteStore(store, create=False)
+        db = open_location(resolve_store(store), create=False)
+        assert db is not None
         runs = {run.run_id: run for run in db.list_runs(limit=10_000)}
         rows = []
         for run_id, run in sorted(runs.items()):
             stamp = stamps.get(run_id)
             attempt = db.get_attempt(run.seq, 1)
-            record = read_exit_record(str(store / "records" / run_id / "attempt-1"))
+            record = read_exit_record(str(db.root / "records" / run_id / "attempt-1"))
             rows.append((run, stamp, attempt, record))
         db.close()
 

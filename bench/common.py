@@ -118,7 +118,7 @@ def cron_definition(
     )
 
 
-def cli(store: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(store: Path | str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [*wfsched_argv(), "--store", str(store), *args],
         capture_output=True,
@@ -153,7 +153,7 @@ class SupervisorProcess:
 
 
 def start_supervisor(
-    store: Path,
+    store: Path | str,
     log_path: Path,
     *,
     max_concurrent_runs: int | None = None,

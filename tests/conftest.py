@@ -17,8 +17,14 @@ import textwrap
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.pgserver import PostgresServer, find_bindir
+
+if TYPE_CHECKING:
+    from wfsched.store import Store
 
 CLI_NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC).timestamp()
 """The injected wall clock's default: 2026-06-01T12:00:00Z."""
@@ -44,6 +50,8 @@ def store_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WFSCHED_STORE", str(path))
     # The default location must never be the real ~/.local/state/wfsched.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    # A supervisor's fault file (wfsched.runtime) never lands in the host's /run.
+    monkeypatch.setenv("WFSCHED_RUNTIME_DIR", str(tmp_path / "runtime"))
     for name in ("VISUAL", "EDITOR", "_WFSCHED_COMPLETE", "COLUMNS"):
         monkeypatch.delenv(name, raising=False)
     return path
@@ -172,3 +180,69 @@ def _no_leaked_supervisors() -> Iterator[None]:
         daemon = RUNNING.pop()
         if daemon.proc.poll() is None:
             daemon.kill()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole session (see tests/pgserver.py).
+
+    Missing server binaries or driver skip the PostgreSQL tests with the
+    reason, except on CI, where they fail: CI must test both stores.
+    """
+    bindir = find_bindir()
+    missing = None
+    if bindir is None:
+        missing = "no PostgreSQL server binaries (initdb, pg_ctl) found"
+    else:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            missing = "psycopg is not installed (pip install '.[postgres]')"
+    if missing is not None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{missing}; CI must run the PostgreSQL tests", pytrace=False)
+        pytest.skip(missing)
+    assert bindir is not None
+    server = PostgresServer(bindir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer) -> Iterator[str]:
+    """The URL of a fresh, empty database on the session's server."""
+    url = pg_server.create_database()
+    yield url
+    pg_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The backend a store-touching test runs on: every such test runs on both."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(store_kind: str, request: pytest.FixtureRequest) -> Callable[[Path], Store]:
+    """`make_store(root)` opens (creating) the test's store of `store_kind`: SQLite in
+    `root`, or PostgreSQL in a fresh database with `root` as its local directory
+    (run directories). Opening again reaches the same store."""
+    from wfsched.store import SQLiteStore
+
+    if store_kind == "sqlite":
+        return SQLiteStore
+    from dataclasses import replace
+
+    from wfsched.store.location import resolve_store
+    from wfsched.store.postgres import PostgresStore
+
+    location = resolve_store(request.getfixturevalue("pg_url"))
+
+    def open_postgres(root: Path) -> Store:
+        root.mkdir(parents=True, exist_ok=True)
+        return PostgresStore(replace(location, local_dir=root))
+
+    return open_postgres

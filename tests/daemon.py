@@ -19,8 +19,21 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+StoreName = Path | str
+"""A SQLite store directory or a PostgreSQL URL."""
+
+
+def log_dir_for(store: StoreName) -> Path:
+    """Beside a SQLite store; for a PostgreSQL store, in the test's local state directory."""
+    if isinstance(store, Path):
+        return store.parent
+    folder = Path(os.environ["XDG_STATE_HOME"])
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def wfsched(
-    store: Path, *args: str, env: dict[str, str] | None = None, input: str | None = None
+    store: StoreName, *args: str, env: dict[str, str] | None = None, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "wfsched", "--store", str(store), *args],
@@ -32,7 +45,7 @@ def wfsched(
     )
 
 
-def wfsched_json(store: Path, *args: str) -> Any:
+def wfsched_json(store: StoreName, *args: str) -> Any:
     result = wfsched(store, *args, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -56,10 +69,10 @@ RUNNING: list[Daemon] = []
 class Daemon:
     """One supervisor process on `store`, its stderr in `log`."""
 
-    def __init__(self, store: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, store: StoreName, *args: str, env: dict[str, str] | None = None) -> None:
         RUNNING.append(self)
         self.store = store
-        self.log = store.parent / f"supervisor-{time.monotonic_ns()}.log"
+        self.log = log_dir_for(store) / f"supervisor-{time.monotonic_ns()}.log"
         self._log_handle = open(self.log, "w")  # noqa: SIM115 - closed in stop()/wait()
         self.proc = subprocess.Popen(
             [

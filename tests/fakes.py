@@ -65,6 +65,9 @@ class FakeControl:
     def warm(self) -> None:
         pass
 
+    def probe_fork(self) -> None:
+        pass
+
     def drain_exits(self) -> list[int]:
         exited, self._exited = self._exited, []
         return exited

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.pgserver import integrity_errors
 from wfsched.admin import Admin
 from wfsched.calendar import OneShotCalendar
 from wfsched.decisions import ScheduleView, decide
@@ -21,7 +22,7 @@ from wfsched.definition import parse_definition
 from wfsched.errors import ConflictError, UsageError
 from wfsched.model import Definition
 from wfsched.paging import encode_cursor
-from wfsched.store import OccurrenceRow, ScheduleRow, SQLiteStore
+from wfsched.store import OccurrenceRow, ScheduleRow, Store
 from wfsched.timeutil import format_instant
 
 T0 = 1_796_083_200  # 2026-12-01T00:00:00Z
@@ -30,9 +31,9 @@ HOUR = 3600
 
 
 class Env:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, store: Store) -> None:
         self.t = [T0 + 0.25]
-        self.store = SQLiteStore(root / "store")
+        self.store = store
         self.admin = Admin(self.store, clock=lambda: self.t[0])
 
     def at(self, when: float) -> Env:
@@ -60,8 +61,8 @@ class Env:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Env:
-    return Env(tmp_path)
+def env(tmp_path: Path, make_store: Callable[[Path], Store]) -> Env:
+    return Env(make_store(tmp_path / "store"))
 
 
 def cron_def(cron: str = "0 * * * *", schedule_id: str = "job", extra: str = "") -> Definition:
@@ -366,7 +367,7 @@ def test_create_of_an_existing_id_is_a_conflict(env: Env) -> None:
 
 def test_the_store_refuses_to_move_the_watermark_back(env: Env) -> None:
     env.at(T0).admin.create(cron_def())
-    with pytest.raises(sqlite3.IntegrityError, match="may not move back"), env.store.atomic():
+    with pytest.raises(integrity_errors(), match="may not move back"), env.store.atomic():
         env.store.update_schedule("job", consumed_through=T0 - 1)
     assert env.row().consumed_through == T0
     with env.store.atomic():  # standing still and moving forward are fine

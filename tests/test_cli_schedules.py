@@ -14,7 +14,7 @@ import pytest
 from conftest import CLI_NOW, CliRun, definition_text, wfsched_executable
 
 from wfsched.cli.main import cli
-from wfsched.store import ScheduleRow, SQLiteStore
+from wfsched.store import ScheduleRow, SQLiteStore, Store, open_location, resolve_store
 from wfsched.timeutil import format_instant
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -49,21 +49,79 @@ OCCURRENCE_FIELDS = [
 ]
 
 
+PG_URL: list[str] = []
+"""The PostgreSQL store this module's CLI runs against, while `store_kind` is postgresql."""
+
+
+@pytest.fixture(autouse=True)
+def cli_backend(
+    store_kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Every test here runs the CLI on a SQLite store and on a PostgreSQL store."""
+    if store_kind == "postgresql":
+        url = str(request.getfixturevalue("pg_url"))
+        monkeypatch.setenv("WFSCHED_STORE", url)
+        PG_URL.append(url)
+    yield
+    PG_URL.clear()
+
+
+def open_store_at(store_path: Path, *, create: bool = True) -> Store | None:
+    """The store the CLI uses: SQLite at `store_path`, or this test's PostgreSQL database."""
+    if PG_URL:
+        return open_location(resolve_store(PG_URL[0]), create=create)
+    if not create and not (store_path / "wfsched.db").exists():
+        return None
+    return SQLiteStore(store_path)
+
+
 @contextmanager
-def opened(store_path: Path) -> Iterator[SQLiteStore]:
-    store = SQLiteStore(store_path)
+def opened(store_path: Path) -> Iterator[Store]:
+    store = open_store_at(store_path)
+    assert store is not None
     try:
         yield store
     finally:
         store.close()
 
 
+def shown(store_path: Path) -> str:
+    """How output names the store: its directory, or the PostgreSQL URL without password."""
+    return resolve_store(PG_URL[0]).display if PG_URL else str(store_path.resolve())
+
+
+def assert_no_store(store_path: Path) -> None:
+    """Nothing was written: no store directory, and no PostgreSQL schema either."""
+    assert not store_path.exists()
+    store = open_store_at(store_path, create=False)
+    if store is not None:
+        store.close()
+        raise AssertionError("a store was created")
+
+
+def take_ownership(store_path: Path) -> Callable[[], None]:
+    """Own the store as a supervisor would (this process); returns the release."""
+    if PG_URL:
+        store = open_store_at(store_path)
+        assert store is not None
+        store.take_ownership()  # type: ignore[attr-defined]
+        return store.close
+    from wfsched.ownership import Ownership
+
+    owner = Ownership(store_path / "supervisor.lock")
+    owner.acquire()
+    return owner.release
+
+
 def rows(store_path: Path) -> dict[str, ScheduleRow]:
     """Every schedule row (deleted too); {} when no store exists."""
-    if not (store_path / "wfsched.db").exists():
+    store = open_store_at(store_path, create=False)
+    if store is None:
         return {}
-    with opened(store_path) as store:
+    try:
         return {row.id: row for row in store.list_schedules(include_deleted=True)}
+    finally:
+        store.close()
 
 
 def occurrence_count(store_path: Path, schedule_id: str) -> int:
@@ -104,13 +162,13 @@ def test_validate_prints_ok_per_file_and_creates_no_store(
     code, out, err = run_cli("validate", str(first), str(second))
     assert (code, err) == (0, "")
     assert out.splitlines() == [f"ok {first} (alpha)", f"ok {second} (beta)"]
-    assert not store_path.exists()
+    assert_no_store(store_path)
 
 
 def test_validate_reads_stdin(run_cli: CliRun, store_path: Path) -> None:
     code, out, _ = run_cli("validate", "-", input=definition_text("piped"))
     assert (code, out) == (0, "ok - (piped)\n")
-    assert not store_path.exists()
+    assert_no_store(store_path)
 
 
 def test_validate_checks_every_file_past_an_invalid_one(
@@ -123,7 +181,7 @@ def test_validate_checks_every_file_past_an_invalid_one(
     assert code == 2
     assert out == f"ok {good} (good)\nok {later} (later)\n"
     assert err.count("\n") == 1 and f"{bad}: trigger.cron:" in err
-    assert not store_path.exists()
+    assert_no_store(store_path)
 
 
 # -------------------------------------------------------------- create / get
@@ -314,7 +372,7 @@ def test_list_on_a_fresh_machine_is_empty_and_creates_nothing(
     assert (code, out) == (0, "no schedules\n")
     assert err.startswith("wfsched: note: no store at") and err.count("\n") == 1
     assert as_json(run_cli("list", "--json")[1]) == {"items": [], "next_cursor": None}
-    assert not store_path.exists()
+    assert_no_store(store_path)
 
 
 def test_global_store_option_overrides_the_environment(
@@ -323,8 +381,12 @@ def test_global_store_option_overrides_the_environment(
     other = tmp_path / "other-store"
     path = make_definition("elsewhere")
     assert run_cli("--store", str(other), "create", str(path))[0] == 0
-    assert set(rows(other)) == {"elsewhere"}
-    assert not store_path.exists()
+    sqlite = SQLiteStore(other)
+    try:
+        assert [row.id for row in sqlite.list_schedules()] == ["elsewhere"]
+    finally:
+        sqlite.close()
+    assert_no_store(store_path)
 
 
 # --------------------------------------------------------------------- apply
@@ -343,7 +405,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "created change (revision 1)",
         "created drop (revision 1)",
         "created keep (revision 1)",
-        f"3 created, 0 updated, 0 unchanged, 0 deleted in store {store_path.resolve()}",
+        f"3 created, 0 updated, 0 unchanged, 0 deleted in store {shown(store_path)}",
     ]
 
     make_definition("change", cron="30 * * * *")
@@ -354,7 +416,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "updated change (revision 2)",
         "created fresh (revision 1)",
         "unchanged keep (revision 1)",
-        f"1 created, 1 updated, 1 unchanged, 0 deleted in store {store_path.resolve()}",
+        f"1 created, 1 updated, 1 unchanged, 0 deleted in store {shown(store_path)}",
     ]
     assert rows(store_path)["drop"].deleted_at is None  # absent, but no --prune
 
@@ -365,7 +427,7 @@ def test_apply_creates_updates_keeps_and_prunes(
         "unchanged fresh (revision 1)",
         "unchanged keep (revision 1)",
         "deleted drop (revision 1)",
-        f"0 created, 0 updated, 3 unchanged, 1 deleted in store {store_path.resolve()}",
+        f"0 created, 0 updated, 3 unchanged, 1 deleted in store {shown(store_path)}",
     ]
     assert rows(store_path)["drop"].deleted_at is not None
 
@@ -381,9 +443,9 @@ def test_apply_dry_run_writes_nothing(
         "created one (revision 1)",
         "created two (revision 1)",
         f"2 created, 0 updated, 0 unchanged, 0 deleted (dry run: nothing written to"
-        f" {store_path.resolve()})",
+        f" {shown(store_path)})",
     ]
-    assert not store_path.exists()
+    assert_no_store(store_path)
 
     assert run_cli("apply", folder)[0] == 0
     before = rows(store_path)
@@ -397,7 +459,7 @@ def test_apply_dry_run_writes_nothing(
         "created three (revision 1)",
         "deleted two (revision 1)",
         f"1 created, 1 updated, 0 unchanged, 1 deleted (dry run: nothing written to"
-        f" {store_path.resolve()})",
+        f" {shown(store_path)})",
     ]
     assert rows(store_path) == before
 
@@ -635,7 +697,7 @@ def test_update_of_an_unknown_id_is_not_found(
 def test_commands_on_a_missing_store_are_not_found(run_cli: CliRun, store_path: Path) -> None:
     code, _, err = run_cli("get", "anything")
     assert code == 3 and "no store at" in err
-    assert not store_path.exists()
+    assert_no_store(store_path)
 
 
 # ---------------------------------------------------------------------- next
@@ -892,6 +954,7 @@ def test_status_json_without_a_supervisor(run_cli: CliRun, created, store_path: 
         "last_tick_at": None,
         "uptime": None,
         "stale": False,
+        "fault": None,
     }
     assert (info["executing"], info["interrupted"], info["max_concurrent_runs"]) == (0, 0, 4)
     assert info["next_due"] == {"schedule_id": "sooner", "at": "2026-06-01T12:30:00Z"}
@@ -904,8 +967,6 @@ def test_status_json_without_a_supervisor(run_cli: CliRun, created, store_path: 
 def test_status_sees_the_lock_holder_and_a_stale_tick(
     run_cli: CliRun, created, store_path: Path
 ) -> None:
-    from wfsched.ownership import Ownership
-
     created("watched")
     with opened(store_path) as store, store.atomic():
         store.set_meta(
@@ -914,8 +975,9 @@ def test_status_sees_the_lock_holder_and_a_stale_tick(
             poll_interval="1.0",
             max_concurrent_runs="7",
         )
-    owner = Ownership(store_path / "supervisor.lock")
-    owner.acquire()
+    with opened(store_path) as store, store.atomic():
+        store.set_meta(pid=str(os.getpid()))
+    owner = take_ownership(store_path)
     try:
         info = as_json(run_cli("status", "--json")[1])
         assert info["supervisor"]["running"] is True
@@ -929,14 +991,14 @@ def test_status_sees_the_lock_holder_and_a_stale_tick(
         assert info["supervisor"]["stale"] is True
         assert "STALE" in run_cli("status")[1]
     finally:
-        owner.release()
+        owner()
     assert as_json(run_cli("status", "--json")[1])["supervisor"]["running"] is False
 
 
 def test_status_on_a_fresh_machine_creates_nothing(run_cli: CliRun, store_path: Path) -> None:
     info = as_json(run_cli("status", "--json")[1])
     assert info["supervisor"]["running"] is False and info["next_due"] is None
-    assert not store_path.exists()
+    assert_no_store(store_path)
 
 
 # --------------------------------------------------------------- help (docs)

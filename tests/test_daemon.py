@@ -13,11 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import (
+    Daemon,
+    StoreName,
+    utc_in,
+    wait_for,
+    wfsched,
+    wfsched_json,
+    write_definition,
+)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
+def store(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> StoreName:
+    """Every daemon test runs on a SQLite store and on a PostgreSQL store."""
+    if store_kind == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
     return tmp_path / "store"
 
 
@@ -63,12 +74,19 @@ def test_one_shot_runs_once_with_input_on_stdin_and_logs(store: Path, tmp_path: 
         assert daemon.stop() == 0
 
 
-def test_second_supervisor_is_refused_even_through_a_symlink(store: Path, tmp_path: Path) -> None:
+def test_second_supervisor_is_refused_even_through_a_symlink(
+    store: StoreName, tmp_path: Path
+) -> None:
+    """SQLite: through a symlinked alias of the directory; PostgreSQL: through the
+    `postgres://` spelling of the same URL (the session advisory lock is per database)."""
     daemon = Daemon(store)
     try:
         daemon.wait_started()
-        alias = tmp_path / "alias"
-        alias.symlink_to(store)
+        if isinstance(store, Path):
+            alias: StoreName = tmp_path / "alias"
+            alias.symlink_to(store)
+        else:
+            alias = store.replace("postgresql://", "postgres://", 1)
         second = wfsched(alias, "supervise")
         assert second.returncode == 4
         assert f"pid {daemon.proc.pid}" in second.stderr

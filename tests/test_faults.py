@@ -18,15 +18,24 @@ import sqlite3
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import (
+    Daemon,
+    StoreName,
+    utc_ago,
+    wait_for,
+    wfsched,
+    wfsched_json,
+    write_definition,
+)
 
 FINAL = ("completed", "failed")
 
 
-def define_one_shot(store: Path, tmp_path: Path, ledger: Path, body: str = "") -> None:
+def define_one_shot(store: StoreName, tmp_path: Path, ledger: Path, body: str = "") -> None:
     text = (
         f'id = "job"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
         f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
@@ -49,28 +58,48 @@ AFTER_CRASH = {
 }
 
 
-def crashed_state(store: Path) -> list[tuple[str, int, bool | None, bool]]:
+def query(store: StoreName, sql: str) -> list[tuple[Any, ...]]:
+    """Rows straight from the database of either backend (a fresh connection)."""
+    if isinstance(store, str):
+        import psycopg
+
+        with psycopg.connect(store) as conn:
+            return conn.execute(sql).fetchall()  # type: ignore[arg-type]
     db = sqlite3.connect(store / "wfsched.db")
     try:
-        rows = db.execute(
-            "SELECT r.seq, r.state, r.attempt, a.shim_pid FROM runs r"
-            " LEFT JOIN attempts a ON a.run_seq = r.seq AND a.attempt = r.attempt"
-        ).fetchall()
+        return db.execute(sql).fetchall()
     finally:
         db.close()
+
+
+def runs_root(store: StoreName) -> Path:
+    """Where this host keeps run directories (a PostgreSQL store's are local)."""
+    if isinstance(store, str):
+        from wfsched.store.location import resolve_store
+
+        return resolve_store(store).local_dir / "runs"
+    return store / "runs"
+
+
+def crashed_state(store: StoreName) -> list[tuple[str, int, bool | None, bool]]:
+    rows = query(
+        store,
+        "SELECT r.seq, r.state, r.attempt, a.shim_pid FROM runs r"
+        " LEFT JOIN attempts a ON a.run_seq = r.seq AND a.attempt = r.attempt",
+    )
     return [
         (
             state,
             attempt,
             None if pid is None else True,
-            (store / "runs" / f"run-{seq:06d}" / "input.json").exists(),
+            (runs_root(store) / f"run-{seq:06d}" / "input.json").exists(),
         )
         for seq, state, attempt, pid in rows
     ]
 
 
 def crash_then_recover(
-    store: Path, point: str, expected: list[tuple[str, int, bool | None, bool]] | None = None
+    store: StoreName, point: str, expected: list[tuple[str, int, bool | None, bool]] | None = None
 ) -> Daemon:
     crashing = Daemon(store, env={"WFSCHED_FAULT": point})
     assert crashing.wait_exit(timeout=30) == -9, crashing.text()
@@ -81,30 +110,31 @@ def crash_then_recover(
     return restarted
 
 
-def runs(store: Path) -> list[dict]:
+def runs(store: StoreName) -> list[dict]:
     return wfsched_json(store, "runs")["items"]
 
 
-def assert_store_invariants(store: Path) -> None:
-    db = sqlite3.connect(store / "wfsched.db")
-    try:
-        twice = db.execute(
-            "SELECT schedule_id, scheduled_at, COUNT(*) FROM occurrences WHERE state = 'admitted'"
-            " GROUP BY 1, 2 HAVING COUNT(*) > 1"
-        ).fetchall()
-        assert twice == []
-        orphans = db.execute(
-            "SELECT r.seq FROM runs r LEFT JOIN occurrences o ON o.run_seq = r.seq"
-            " WHERE r.kind = 'scheduled' AND o.seq IS NULL"
-        ).fetchall()
-        assert orphans == []
-        behind = db.execute(
-            "SELECT s.id FROM schedules s JOIN occurrences o ON o.schedule_id = s.id"
-            " WHERE o.summary = 0 AND o.scheduled_at > s.consumed_through"
-        ).fetchall()
-        assert behind == []
-    finally:
-        db.close()
+def assert_store_invariants(store: StoreName) -> None:
+    twice = query(
+        store,
+        "SELECT schedule_id, scheduled_at, COUNT(*) FROM occurrences WHERE state = 'admitted'"
+        " GROUP BY 1, 2 HAVING COUNT(*) > 1",
+    )
+    assert twice == []
+    orphans = query(
+        store,
+        "SELECT r.seq FROM runs r LEFT JOIN occurrences o ON o.run_seq = r.seq"
+        " WHERE r.kind = 'scheduled' AND o.seq IS NULL",
+    )
+    assert orphans == []
+    behind = query(
+        store,
+        "SELECT s.id FROM schedules s JOIN occurrences o ON o.schedule_id = s.id"
+        " WHERE o.summary = 0 AND o.scheduled_at > s.consumed_through",
+    )
+    assert behind == []
+    audit = wfsched(store, "audit", "--json")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 @pytest.mark.parametrize(
@@ -122,7 +152,28 @@ def assert_store_invariants(store: Path) -> None:
 def test_kill_at_each_admission_and_exit_boundary(
     tmp_path: Path, point: str, launched: int, outcome: str
 ) -> None:
-    store = tmp_path / "store"
+    check_kill_at_boundary(tmp_path / "store", tmp_path, point, launched, outcome)
+
+
+@pytest.mark.parametrize(
+    ("point", "launched", "outcome"),
+    [
+        ("after-admission-commit", 1, "completed"),
+        ("after-attempt-mark", 0, "failed"),
+        ("before-ingest", 1, "completed"),
+    ],
+)
+def test_kill_at_boundaries_on_postgresql(
+    tmp_path: Path, pg_url: str, point: str, launched: int, outcome: str
+) -> None:
+    """The same SIGKILLs on a PostgreSQL store: the database's keys, the store's
+    transactions and recovery give the same single run."""
+    check_kill_at_boundary(pg_url, tmp_path, point, launched, outcome)
+
+
+def check_kill_at_boundary(
+    store: StoreName, tmp_path: Path, point: str, launched: int, outcome: str
+) -> None:
     ledger = tmp_path / "ledger"
     define_one_shot(store, tmp_path, ledger)
     daemon = crash_then_recover(store, point, AFTER_CRASH[point])

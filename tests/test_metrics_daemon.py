@@ -18,8 +18,15 @@ from wfsched.metrics import reason_label
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """SQLite; a test parametrized with `BOTH_STORES` also runs on PostgreSQL
+    (then the store is a URL, typed loosely: every helper passes it on)."""
+    if getattr(request, "param", "sqlite") == "postgresql":
+        return request.getfixturevalue("pg_url")  # type: ignore[no-any-return]
     return tmp_path / "store"
+
+
+BOTH_STORES = pytest.mark.parametrize("store", ["sqlite", "postgresql"], indirect=True)
 
 
 def define(store: Path, tmp_path: Path, name: str, body: str) -> None:
@@ -62,6 +69,7 @@ def value(base: str, name: str, **labels: str) -> float | None:
     return samples(base).get((name, tuple(sorted(labels.items()))))
 
 
+@BOTH_STORES
 def test_scraped_values_move_as_runs_complete_fail_and_are_skipped(
     store: Path, tmp_path: Path
 ) -> None:
@@ -153,6 +161,7 @@ def test_scraped_values_move_as_runs_complete_fail_and_are_skipped(
         assert daemon.stop() == 0
 
 
+@BOTH_STORES
 def test_counters_continue_across_a_restart(store: Path, tmp_path: Path) -> None:
     daemon = Daemon(store, "--metrics", "127.0.0.1:0")
     daemon.wait_started()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
 from wfsched.retention import prune
 from wfsched.runs import Runs
-from wfsched.store import SQLiteStore
+from wfsched.store import SQLiteStore, Store
 from wfsched.supervisor import Supervisor
 
 T0 = int(datetime(2026, 1, 5, 9, 0, tzinfo=UTC).timestamp())
@@ -43,10 +44,10 @@ B = 'id = "b"\n[trigger]\ncron = "30 * * * *"\n[run]\ncommand = ["true"]\n'
 class Builder:
     """A store whose history is built by the supervisor at chosen instants."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, open_store: Callable[[Path], Store] = SQLiteStore) -> None:
         self.root = root
         self.clock = Clock(T0 - 30)
-        self.store = SQLiteStore(root)
+        self.store = open_store(root)
         self.admin = Admin(self.store, self.clock)
         self.runs = Runs(self.store, self.clock)
         self.control = FakeControl()
@@ -80,7 +81,7 @@ class Builder:
         return str(self.runs.show(run)["state"])
 
 
-def build(root: Path) -> Builder:
+def build(root: Path, open_store: Callable[[Path], Store] = SQLiteStore) -> Builder:
     """Old history (day 0) and new history (day 59) for schedules a and b.
 
     run-000001 a@T0        completed (old)
@@ -92,7 +93,7 @@ def build(root: Path) -> Builder:
     run-000007 a@T0+3h     completed (old)
     then both paused until day 59, and new runs for a and b.
     """
-    b = Builder(root)
+    b = Builder(root, open_store)
     b.define(A)
     b.define(B)
     b.tick(T0)  # run-1
@@ -133,7 +134,14 @@ KEPT = ["run-000003", "run-000004", "run-000008", "run-000009"]
 
 @pytest.fixture
 def built(tmp_path: Path) -> Builder:
+    """SQLite only: the tests using it compare the database file's rows."""
     return build(tmp_path / "store")
+
+
+@pytest.fixture
+def built_any(tmp_path: Path, make_store: Callable[[Path], Store]) -> Builder:
+    """On both backends."""
+    return build(tmp_path / "store", make_store)
 
 
 def dump(root: Path) -> tuple[list[str], list[tuple[str, float, int]]]:
@@ -153,7 +161,7 @@ def dump(root: Path) -> tuple[list[str], list[tuple[str, float, int]]]:
 
 
 def ledger(
-    store: SQLiteStore, schedule_id: str
+    store: Store, schedule_id: str
 ) -> list[tuple[int, int | None, int | None, str, int | None]]:
     """(first, last, count, state, run_seq) in ledger order."""
     rows = store.page_occurrences(schedule_id, None, 10_000)
@@ -168,11 +176,11 @@ def table_rows(root: Path, table: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def run_dirs(store: SQLiteStore) -> list[str]:
+def run_dirs(store: Store) -> list[str]:
     return sorted(path.name for path in store.runs_dir.iterdir())
 
 
-def pruned_rows(store: SQLiteStore, schedule_id: str) -> list[tuple[int, int | None, int | None]]:
+def pruned_rows(store: Store, schedule_id: str) -> list[tuple[int, int | None, int | None]]:
     return [
         (f, last, c) for f, last, c, state, _ in ledger(store, schedule_id) if state == "pruned"
     ]
@@ -225,8 +233,8 @@ def test_prune_removes_exactly_the_old_finished_runs_and_old_rows(built: Builder
     assert summary.reason == "retention: history before 2026-02-04T09:00:00Z pruned"
 
 
-def test_every_removed_instant_stays_accounted_for(built: Builder) -> None:
-    store = built.store
+def test_every_removed_instant_stays_accounted_for(built_any: Builder) -> None:
+    store = built_any.store
     before = {sid: ledger(store, sid) for sid in ("a", "b")}
     report = prune(store, BOUND, NOW)
     # A prune that removed nothing would pass every check below trivially.
@@ -275,10 +283,12 @@ def test_second_prune_removes_nothing(built: Builder) -> None:
     assert dump(built.root) == after_first
 
 
-def test_bounded_batches_end_where_one_call_ends(tmp_path: Path) -> None:
+def test_bounded_batches_end_where_one_call_ends(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
     whole = build(tmp_path / "whole")
     prune(whole.store, BOUND, NOW)
-    stepped = build(tmp_path / "stepped")
+    stepped = build(tmp_path / "stepped", make_store)
     calls = 0
     while True:
         calls += 1
@@ -293,19 +303,19 @@ def test_bounded_batches_end_where_one_call_ends(tmp_path: Path) -> None:
     assert run_dirs(stepped.store) == run_dirs(whole.store)
 
 
-def test_a_later_prune_extends_the_pruned_row(built: Builder) -> None:
-    prune(built.store, BOUND, NOW)
-    assert pruned_rows(built.store, "b") == [(T0 + 30 * 60, T0 + 150 * 60, 3)]
+def test_a_later_prune_extends_the_pruned_row(built_any: Builder) -> None:
+    prune(built_any.store, BOUND, NOW)
+    assert pruned_rows(built_any.store, "b") == [(T0 + 30 * 60, T0 + 150 * 60, 3)]
     # run-9 (b, day 59) finishes out of range too once the bound is small.
-    report = prune(built.store, HOUR, NOW)
+    report = prune(built_any.store, HOUR, NOW)
     assert "run-000009" in report.run_ids
     assert "run-000003" not in report.run_ids and "run-000004" not in report.run_ids
-    (row,) = pruned_rows(built.store, "b")
+    (row,) = pruned_rows(built_any.store, "b")
     assert row[0] == T0 + 30 * 60 and row[1] == NOW - DAY + 30 * 60 and row[2] is None
 
 
-def test_orphan_directories_are_removed_only_when_old_and_rowless(built: Builder) -> None:
-    runs_dir = built.store.runs_dir
+def test_orphan_directories_are_removed_only_when_old_and_rowless(built_any: Builder) -> None:
+    runs_dir = built_any.store.runs_dir
     old, recent, foreign = runs_dir / "run-000900", runs_dir / "run-000901", runs_dir / "notes"
     for path in (old, recent, foreign):
         (path / "attempt-1").mkdir(parents=True)
@@ -314,31 +324,31 @@ def test_orphan_directories_are_removed_only_when_old_and_rowless(built: Builder
     os.utime(foreign, (CUTOFF - 10, CUTOFF - 10))
     # A kept run's directory is never an orphan, however old it looks.
     os.utime(runs_dir / "run-000003", (T0, T0))
-    report = prune(built.store, BOUND, NOW)
+    report = prune(built_any.store, BOUND, NOW)
     assert report.run_dirs == 5 + 1
     assert not old.exists()
     assert recent.exists() and foreign.exists() and (runs_dir / "run-000003").exists()
 
 
 def test_a_crash_before_directory_removal_leaves_an_orphan_the_next_prune_removes(
-    built: Builder, monkeypatch: pytest.MonkeyPatch
+    built_any: Builder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import wfsched.retention as retention
 
     for run in OLD_FINISHED:
-        os.utime(built.store.runs_dir / run, (T0, T0))
+        os.utime(built_any.store.runs_dir / run, (T0, T0))
 
     def crash(self: object, run_seqs: list[int]) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(retention._Pruner, "_remove_run_dirs", crash)
     with pytest.raises(KeyboardInterrupt):
-        prune(built.store, BOUND, NOW)
+        prune(built_any.store, BOUND, NOW)
     monkeypatch.undo()
-    assert "run-000001" not in [r.run_id for r in built.store.list_runs(limit=100)]
-    assert (built.store.runs_dir / "run-000001").exists()
-    report = prune(built.store, BOUND, NOW)
-    assert run_dirs(built.store) == KEPT
+    assert "run-000001" not in [r.run_id for r in built_any.store.list_runs(limit=100)]
+    assert (built_any.store.runs_dir / "run-000001").exists()
+    report = prune(built_any.store, BOUND, NOW)
+    assert run_dirs(built_any.store) == KEPT
     assert report.run_dirs >= 1
 
 

@@ -27,10 +27,18 @@ class Backend:
     """What the database raises when it refuses a write."""
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgresql"])
 def store_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "sqlite":
         return Backend("sqlite", lambda: SQLiteStore(tmp_path / "contract"), sqlite3.IntegrityError)
+    if request.param == "postgresql":
+        import psycopg
+
+        from wfsched.store.location import resolve_store
+        from wfsched.store.postgres import PostgresStore
+
+        location = resolve_store(request.getfixturevalue("pg_url"))
+        return Backend("postgresql", lambda: PostgresStore(location), psycopg.IntegrityError)
     raise AssertionError(request.param)
 
 

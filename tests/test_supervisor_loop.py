@@ -7,6 +7,7 @@ processes are faked. No sleeps: time moves when a test moves it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from wfsched.admin import Admin
 from wfsched.config import SupervisorConfig
 from wfsched.definition import parse_definition
 from wfsched.runs import Runs
-from wfsched.store import SQLiteStore
+from wfsched.store import SQLiteStore, Store
 from wfsched.supervisor import ABANDONED, Supervisor
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
@@ -25,9 +26,10 @@ MINUTE = 60
 
 
 class Harness:
-    def __init__(self, root: Path, **config: object) -> None:
+    def __init__(self, store: Store | Path, **config: object) -> None:
+        """`store`: an open store of either kind, or a directory for a SQLite one."""
         self.clock = Clock(T0 - 30)
-        self.store = SQLiteStore(root)
+        self.store = SQLiteStore(store) if isinstance(store, Path) else store
         self.admin = Admin(self.store, self.clock)
         self.runs = Runs(self.store, self.clock)
         self.control = FakeControl(clock=self.clock)
@@ -71,8 +73,8 @@ class Harness:
 
 
 @pytest.fixture
-def h(tmp_path: Path) -> Harness:
-    return Harness(tmp_path / "store")
+def h(tmp_path: Path, make_store: Callable[[Path], Store]) -> Harness:
+    return Harness(make_store(tmp_path / "store"))
 
 
 def iso(instant: int) -> str:
@@ -118,8 +120,10 @@ def test_overlap_skip_records_skipped_overlap_and_releases_on_completion(h: Harn
     assert states == ["failed", "skipped-overlap", "running"]
 
 
-def test_interrupted_run_keeps_overlap_slot_but_frees_execution_slot(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+def test_interrupted_run_keeps_overlap_slot_but_frees_execution_slot(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
+    h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=1)
     h.define_interruptible("a", cron="* * * * *")
     h.define("b")
     h.tick_at(T0)
@@ -135,8 +139,10 @@ def test_interrupted_run_keeps_overlap_slot_but_frees_execution_slot(tmp_path: P
     assert h.history("a")[-1][1] == "skipped-overlap"
 
 
-def test_capacity_is_shared_round_robin(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+def test_capacity_is_shared_round_robin(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
+    h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=1)
     for name in ("a", "b", "c"):
         h.define(name, '[policy]\nmisfire = "latest"\n')
     started: list[str] = []
@@ -184,9 +190,9 @@ def test_queue_holds_one_candidate_and_admits_when_the_run_ends(h: Harness) -> N
 
 
 def test_manual_trigger_bypasses_capacity_and_overlap_and_works_while_paused(
-    tmp_path: Path,
+    tmp_path: Path, make_store: Callable[[Path], Store]
 ) -> None:
-    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+    h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=1)
     h.define("a")
     h.tick_at(T0)
     h.admin.pause("a")
@@ -241,8 +247,10 @@ def test_resume_marks_the_next_attempt_and_passes_the_resume_input(h: Harness) -
     assert [a["state"] for a in run["attempts"]] == ["interrupted", "completed"]
 
 
-def test_resume_is_refused_while_saturated_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+def test_resume_is_refused_while_saturated_and_leaves_nothing_behind(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
+    h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=1)
     h.define_interruptible("a")
     h.define("b", cron="1 * * * *")
     h.tick_at(T0)
@@ -401,8 +409,10 @@ def test_clock_rollback_never_readmits(h: Harness) -> None:
     assert len(h.control.spawned) == 1
 
 
-def test_drain_cancels_runs_left_after_drain_grace(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "s", drain_grace=0)
+def test_drain_cancels_runs_left_after_drain_grace(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
+    h = Harness(make_store(tmp_path / "s"), drain_grace=0)
     h.define("a", cron="0 * * * *")
     h.tick_at(T0)
     _, handle = h.control.spec("run-000001")
@@ -458,10 +468,12 @@ def _crash_at(point: str):  # type: ignore[no-untyped-def]
     return hook
 
 
-def test_a_burst_launches_in_chunks_and_misses_nothing(tmp_path: Path) -> None:
+def test_a_burst_launches_in_chunks_and_misses_nothing(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
     from wfsched.supervisor import LAUNCH_CHUNK
 
-    h = Harness(tmp_path / "s", max_concurrent_runs=200)
+    h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=200)
     for number in range(150):
         h.define(f"s{number:03d}", cron="0 * * * *")
     h.tick_at(T0)

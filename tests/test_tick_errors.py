@@ -356,6 +356,8 @@ def test_errors_are_counted_from_the_start_of_each_supervisor(
         "total": 0,
         "by_phase": {},
         "last": None,
+        "fault_episodes": 0,
+        "last_fault": None,
     }
 
 

@@ -77,14 +77,22 @@ from typing import Any
 from wfsched.calendar import calendar_for
 from wfsched.decisions import SCAN_CAP, Span, ask, span_between
 from wfsched.definition import definition_from_document
-from wfsched.errors import CalendarError, CalendarExhausted, WfschedError, ZoneUnavailable
+from wfsched.errors import (
+    CalendarError,
+    CalendarExhausted,
+    NotFoundError,
+    WfschedError,
+    ZoneUnavailable,
+)
 from wfsched.store import (
     PRUNED_STATE,
     LedgerRow,
     RevisionRow,
     ScheduleRow,
     Store,
+    StoreLocation,
     open_existing_store,
+    open_location,
     parse_run_id,
     run_id,
 )
@@ -169,6 +177,19 @@ def empty_report() -> dict[str, Any]:
         ("schedules", "revisions", "occurrences", "runs", "attempts", "run_dirs"), 0
     )
     return {"ok": True, "violations": [], "checked": checked, "notes": []}
+
+
+def audit_location(location: StoreLocation) -> dict[str, Any]:
+    """Audit the store `location` names, never creating one (NotFoundError if none)."""
+    if location.path is not None:
+        return audit_path(location.path)
+    store = open_location(location, create=False)
+    if store is None:
+        raise NotFoundError(f"no store at {location.display}; nothing to audit")
+    try:
+        return audit(store)
+    finally:
+        store.close()
 
 
 def audit_path(root: Path) -> dict[str, Any]:

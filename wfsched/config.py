@@ -39,6 +39,11 @@ class SupervisorConfig:
     """Prune finished runs and history older than this many seconds, if set."""
     metrics_listen: str | None = None
     """Serve /metrics and /healthz on this address (`HOST:PORT`), if set."""
+    max_log_bytes: int = 100 * 1024 * 1024
+    """Each run's stdout.log and stderr.log are kept within this (the tail)."""
+    busy_timeout: float = 15.0
+    """How long a store write waits for another process's lock before the
+    store counts as locked (a fault episode)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ _KEYS = {
     "on_failure": _Key("argv", 0),
     "retention": _Key("seconds", 3600),
     "metrics_listen": _Key("listen", 0),
+    "busy_timeout": _Key("seconds", 0.1, 3600),
+    "max_log_bytes": _Key("count", 4096),
 }
 
 

@@ -78,6 +78,24 @@ class StoreError(WfschedError):
     exit_code = 1
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be used right now, for a reason outside wfsched: its
+    filesystem is full or read-only, the disk fails, the database is held
+    locked by another process, a process limit is reached.
+
+    A resource fault: the operation failed (exit 1) and may succeed when the
+    operator has fixed the cause, which the message names. `kind` is one of
+    `disk-full`, `read-only`, `io-error`, `locked`, `fd-limit`,
+    `process-limit`, `no-memory` (the supervisor's fault episodes use it).
+    """
+
+    exit_code = 1
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class CalendarError(WfschedError, ValueError):
     """The calendar library answered something we refuse to act on.
 
@@ -115,4 +133,14 @@ class EndOfTime(CalendarExhausted):
 
     Near year 9999 croniter overflows instead of answering; that is the end
     of the calendar like any other, and a query there is told so plainly.
+    """
+
+
+class StoreConnectionLost(StoreError):
+    """The store's database cannot be reached or the connection was lost (exit 1).
+
+    Raised by a networked store (PostgreSQL); the supervisor rides it out by
+    reconnecting, a command reports it as its one line. Distinct from
+    `StoreUnavailable` (a resource fault of a store that is still connected),
+    which the supervisor rides out as a fault episode instead.
     """

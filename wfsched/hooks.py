@@ -76,8 +76,9 @@ class FailureHooks:
         self.private_env = frozenset(private_env)
         self.store = store
         self.clock = clock
-        self._in_flight: dict[int, tuple[str, Path, ShimHandle, int | None]] = {}
-        """pid -> (run or occurrence, record dir, handle, notification row)."""
+        self._in_flight: dict[int, tuple[dict[str, str], Path, ShimHandle, int | None]] = {}
+        """pid -> (what it is about, for its log line: run or occurrence, or
+        fault; record dir, handle, notification row)."""
         self._polling = False
         """Set when the launcher that would report their exits was replaced."""
 
@@ -130,7 +131,7 @@ class FailureHooks:
             self._record(facts, "failed", reason)
             return
         seq = self._record(facts, "running", None)
-        self._in_flight[handle.pid] = (label, facts.record_dir, handle, seq)
+        self._in_flight[handle.pid] = ({"run": label}, facts.record_dir, handle, seq)
 
     def _record(self, facts: RunFacts, state: str, reason: str | None) -> int | None:
         if self.store is None:
@@ -151,6 +152,43 @@ class FailureHooks:
             with self.store.atomic():
                 self.store.finish_notification(seq, state, reason, self.clock())
 
+    def fire_fault(self, kind: str, error: str, since: str, directory: Path) -> None:
+        """The config's default hook, once per fault episode (schedules' own
+        hooks are about their runs). Its records go to `directory`, outside
+        the store, which may be the thing that is full; no notification row
+        is written (the store may refuse it)."""
+        if not self.default_argv:
+            return
+        env = {k: v for k, v in os.environ.items() if k not in self.private_env}
+        env.update(
+            WFSCHED_EVENT="fault",
+            WFSCHED_FAULT_KIND=kind,
+            WFSCHED_FAULT_SINCE=since,
+            WFSCHED_REASON=error,
+        )
+        record_dir = directory / "records"
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            prepare_record_dir(record_dir)
+            handle = self.control.spawn(
+                LaunchSpec(
+                    run_id="fault-notify",
+                    attempt=1,
+                    argv=self.default_argv,
+                    cwd=None,
+                    env=env,
+                    stdin_path=os.devnull,
+                    attempt_dir=str(directory),
+                    record_dir=str(record_dir),
+                    timeout=HOOK_TIMEOUT,
+                    kill_grace=HOOK_KILL_GRACE,
+                )
+            )
+        except OSError as exc:
+            self.log("notify-failed", fault=kind, reason=f"could not start: {exc}")
+            return
+        self._in_flight[handle.pid] = ({"fault": kind}, record_dir, handle, None)
+
     def orphaned(self) -> None:
         """The launcher was replaced: the exits of hooks in flight will never
         be reported, so `reaped` polls them from now on."""
@@ -169,10 +207,10 @@ class FailureHooks:
             ]
             self._polling = bool(self._in_flight.keys() - set(ended))
         for pid in ended:
-            run, directory, _, seq = self._in_flight.pop(pid)
+            about, directory, _, seq = self._in_flight.pop(pid)
             try:
                 record = self.control.read_exit(str(directory))
-            except ValueError as exc:
+            except (ValueError, OSError) as exc:
                 reason: str | None = str(exc)
             else:
                 if record is None:
@@ -182,9 +220,9 @@ class FailureHooks:
                 else:
                     reason = record.reason or record.outcome
             if reason is None:
-                self.log("notified", run=run)
+                self.log("notified", **about)
                 self._finish(seq, "succeeded", None)
             else:
-                self.log("notify-failed", run=run, reason=reason)
+                self.log("notify-failed", **about, reason=reason)
                 self._finish(seq, "failed", reason)
         return others

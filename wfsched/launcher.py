@@ -46,6 +46,7 @@ The command's `stdout.log` and `stderr.log` are in its attempt directory
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gc
 import json
@@ -91,6 +92,21 @@ _LONGEST_POLL = 86400.0
 _REHEARSALS = 50  # see _rehearse
 _SHIM_BROKEN = 70  # EX_SOFTWARE: the shim itself failed (see stderr.log)
 _MAX_WAIT = 3600.0  # the shim's longest single poll: far below poll()'s int overflow
+# Reading a record that fails with these is a resource fault of the reader
+# (no descriptor left, a failing disk), never a verdict on the record.
+_READ_AGAIN_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EIO, errno.ENOMEM})
+_RECORD_RETRY_FIRST = 0.05  # seconds before a failed exit record is written again
+_RECORD_RETRY_MAX = 5.0  # the backoff's cap: a freed disk is seen within seconds
+# The errors that a full, read-only or failing disk (or a descriptor limit)
+# gives: the shim keeps its exit code and tries again until they pass.
+_RECORD_RETRY_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EMFILE, errno.ENFILE}
+)
+_LOG_CHECK_FIRST = 0.1  # seconds between log size checks while output grows
+_LOG_CHECK_MAX = 2.0  # ... backing off to this while it does not
+LOG_TRUNCATED = b"[wfsched: "
+"""How a log begins once the shim cut it to max_log_bytes (the first line
+says how many bytes of earlier output were dropped; rundirs.log_truncation)."""
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -117,6 +133,14 @@ class RecordError(ValueError):
     """A record that cannot be read or is not a valid record (names the file)."""
 
 
+class SpawnRefused(OSError):
+    """The fork server is fine but could not fork (a process limit, out of
+    memory): this launch failed, the next one may succeed. Carries the errno."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """Everything a shim needs; it crosses a pipe as JSON, so plain data only.
@@ -138,6 +162,9 @@ class LaunchSpec:
     record_dir: str
     timeout: int | None
     kill_grace: int
+    max_log_bytes: int | None = None
+    """Keep each of stdout.log and stderr.log within this many bytes (the
+    tail is kept, see _LogCap); None: no limit (failure hooks)."""
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> LaunchSpec:
@@ -299,12 +326,16 @@ def _load_record(path: str, *, empty_is_absent: bool = False) -> dict[str, Any] 
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if exc.errno in _READ_AGAIN_ERRNOS:
+            raise  # the supervisor's fault, not the record's: read it again later
         raise RecordError(f"{path}: cannot read the record ({_why(exc)})") from None
     try:
         if not stat_module.S_ISREG(os.fstat(fd).st_mode):
             raise RecordError(f"{path}: not a regular file")
         raw = os.read(fd, _RECORD_MAX + 1)
     except OSError as exc:
+        if exc.errno in _READ_AGAIN_ERRNOS:
+            raise
         raise RecordError(f"{path}: cannot read the record ({_why(exc)})") from None
     finally:
         os.close(fd)
@@ -488,6 +519,7 @@ class ProcessControl(Protocol):
     def spawn(self, spec: LaunchSpec) -> ShimHandle: ...
     def fileno(self) -> int: ...
     def warm(self) -> None: ...
+    def probe_fork(self) -> None: ...
     def drain_exits(self) -> list[int]: ...
     def alive(self, handle: ShimHandle) -> bool: ...
     def cancel(self, handle: ShimHandle) -> bool: ...
@@ -602,6 +634,8 @@ class Launcher:
         data = json.loads(reply)
         if data.get("launched"):
             raise AlreadyLaunched(f"cannot launch {spec.run_id}: {data['error']}")
+        if "errno" in data:
+            raise SpawnRefused(data["errno"], f"cannot launch {spec.run_id}: {data['error']}")
         if "error" in data:
             raise LauncherError(f"cannot launch {spec.run_id}: {data['error']}")
         return ShimHandle(pid=data["pid"], start_time=data["start_time"])
@@ -620,6 +654,24 @@ class Launcher:
             with contextlib.suppress(OSError):
                 _send_message(self._req_w, _WARM)
                 _read_message(self._reply_r)
+
+    def probe_fork(self) -> None:
+        """Whether the server can fork right now (a throwaway child, like
+        warm()): SpawnRefused if not, LauncherError if the server is gone.
+        The supervisor's probe while a process-limit episode lasts."""
+        with self._lock:
+            if self._server is None:
+                raise LauncherError("the launcher is not started")
+            try:
+                _send_message(self._req_w, _WARM)
+                reply = _read_message(self._reply_r)
+            except OSError as exc:
+                raise LauncherError(f"the fork server is gone ({exc})") from exc
+        if reply is None:
+            raise LauncherError("the fork server exited; runs cannot be launched")
+        data = json.loads(reply)
+        if "errno" in data:
+            raise SpawnRefused(data["errno"], f"cannot fork: {data['error']}")
 
     def fileno(self) -> int:
         """Readable once the server reported reaped shims (or exited)."""
@@ -912,8 +964,12 @@ def _serve_requests(req_r: int, reply_w: int, exit_w: int, fault_spec: str) -> N
 
 def _warm_fork() -> dict[str, Any]:
     """Fork a child that exits at once, and reap it here (it is no shim, so
-    it is never reported): the next real fork finds the path warm."""
-    pid = os.fork()
+    it is never reported): the next real fork finds the path warm. A fork
+    that fails (a process limit) is an answer, never the server's death."""
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"fork failed ({exc.strerror or exc})", "errno": exc.errno}
     if pid == 0:  # pragma: no cover - the child only exits
         os._exit(0)
     os.waitpid(pid, 0)
@@ -992,7 +1048,7 @@ def _fork_shim(
         pid = os.fork()
     except OSError as exc:
         os.close(lock_fd)
-        return {"error": f"fork failed ({_why(exc)})"}
+        return {"error": f"fork failed ({_why(exc)})", "errno": exc.errno}
     if pid == 0:  # pragma: no cover - runs in the shim
         _shim_main(spec, prctl, ignored, lock_fd)
     os.close(lock_fd)  # the shim holds the lock now
@@ -1159,6 +1215,7 @@ def _supervise_command(
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
     clock = time.monotonic
+    cap = None if spec.max_log_bytes is None else _LogCap(spec.attempt_dir, spec.max_log_bytes)
     timeout_at = None if spec.timeout is None else clock() + spec.timeout
     status: int | None = None
     outcome: str | None = None  # "timeout" | "cancelled" once terminating
@@ -1190,7 +1247,13 @@ def _supervise_command(
                 give_up_at = now + _KILLED_GROUP_WAIT
             if give_up_at is not None and now >= give_up_at:
                 break  # SIGKILL was sent; a process stuck in the kernel is not ours to wait for
-        deadlines = [d for d in (timeout_at, kill_at, give_up_at) if d is not None and d > now]
+        check_at = None
+        if cap is not None:
+            cap.check(now)
+            check_at = cap.next_at
+        deadlines = [
+            d for d in (timeout_at, kill_at, give_up_at, check_at) if d is not None and d > now
+        ]
         wait = min(min(deadlines) - now, _LONGEST_POLL) if deadlines else None
         if outcome is not None and (status is not None or not subreaper):
             # Only the leader's exit is an event; the rest of the group is polled.
@@ -1201,6 +1264,8 @@ def _supervise_command(
         with contextlib.suppress(BlockingIOError):
             while os.read(wake_r, 4096):
                 pass
+    if cap is not None:
+        cap.check(clock(), final=True)
     ending = exit_outcome(
         status,
         outcome,
@@ -1244,6 +1309,79 @@ def exit_outcome(
     return "exited", exit_code, signum, None if exit_code == 0 else f"exited with code {exit_code}"
 
 
+class _LogCap:
+    """Keeps the attempt's stdout.log and stderr.log within `limit` bytes
+    each, so a job's output cannot fill the disk the store lives on.
+
+    The command writes its logs directly (no copy through the shim: a
+    background process the job leaves behind keeps writing to them as under
+    cron). The shim checks their sizes every 0.1 s while they grow, backing
+    off to 2 s while they do not; a log found over the limit is cut in place
+    to its last half, after a first line saying how many bytes of earlier
+    output were dropped. A log can therefore exceed the limit by what the
+    job writes between two checks, and bytes written at the very moment of
+    a cut can be lost (the marker says output was dropped).
+    """
+
+    def __init__(self, attempt_dir: str, limit: int) -> None:
+        self.paths = (os.path.join(attempt_dir, STDOUT_LOG), os.path.join(attempt_dir, STDERR_LOG))
+        self.limit = limit
+        self.sizes: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        self.markers: dict[str, int] = {}
+        self.interval = _LOG_CHECK_FIRST
+        self.next_at = time.monotonic() + self.interval
+
+    def check(self, now: float, *, final: bool = False) -> None:
+        """Cut what is over the limit, if a check is due (or `final`: the
+        command ended, so the logs are left within the limit)."""
+        if now < self.next_at and not final:
+            return
+        grew = False
+        for path in self.paths:
+            try:
+                info = os.lstat(path)
+                if not stat_module.S_ISREG(info.st_mode):
+                    continue  # not the log the shim opened: leave it be
+                size = info.st_size
+                if size > self.limit:
+                    size = self._keep_tail(path)
+            except OSError:
+                continue  # the disk refuses even this: try again next time
+            grew = grew or size != self.sizes.get(path)
+            self.sizes[path] = size
+        self.interval = _LOG_CHECK_FIRST if grew else min(self.interval * 2, _LOG_CHECK_MAX)
+        self.next_at = now + self.interval
+
+    def _keep_tail(self, path: str) -> int:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            info = os.fstat(fd)
+            if not stat_module.S_ISREG(info.st_mode):
+                return 0
+            size = info.st_size
+            keep = self.limit // 2
+            tail = os.pread(fd, keep, size - keep)
+            dropped = self.dropped.get(path, 0) + size - keep - self.markers.get(path, 0)
+            marker = (
+                LOG_TRUNCATED
+                + f"{dropped} bytes of earlier output dropped"
+                f" (max_log_bytes = {self.limit})]\n".encode()
+            )
+            head = marker + tail
+            os.pwrite(fd, head, 0)
+            # What the command appended meanwhile goes after the kept tail.
+            grown = os.fstat(fd).st_size
+            extra = os.pread(fd, grown - size, size) if grown > size else b""
+            os.pwrite(fd, extra, len(head))
+            os.ftruncate(fd, len(head) + len(extra))
+        finally:
+            os.close(fd)
+        self.dropped[path] = dropped
+        self.markers[path] = len(marker)
+        return len(head) + len(extra)
+
+
 def _finish(
     spec: LaunchSpec,
     outcome: str,
@@ -1262,7 +1400,18 @@ def _finish(
         "finished_at": time.time(),
         "run_id": spec.run_id,
     }
-    _write_exit_record(spec.record_dir, record)
+    delay = _RECORD_RETRY_FIRST
+    while True:
+        try:
+            _write_exit_record(spec.record_dir, record)
+            return
+        except OSError as exc:
+            if exc.errno not in _RECORD_RETRY_ERRNOS:
+                raise
+        # The exit code lives in this process until the record is on disk:
+        # the supervisor sees the shim alive and keeps waiting for it.
+        time.sleep(delay)
+        delay = min(delay * 2, _RECORD_RETRY_MAX)
 
 
 def _signal_name(signum: int) -> str:

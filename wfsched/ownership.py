@@ -16,6 +16,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from wfsched.errors import ConflictError, StoreError
+from wfsched.resources import from_os
 
 
 class Ownership:
@@ -38,6 +39,9 @@ class Ownership:
                 " stop it first or use another --store"
             ) from None
         except OSError as exc:
+            fault = from_os(exc, self.lock_path.parent)
+            if fault is not None:
+                raise fault from exc  # read-only, full, EIO: the words and the fix
             raise StoreError(
                 f"{self.lock_path}: cannot lock ({exc.strerror or exc}); wfsched needs a"
                 " file system with flock support for its store"

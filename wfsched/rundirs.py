@@ -94,3 +94,27 @@ def write_json_atomic(path: Path, document: Any) -> None:
     with open(fd, "w", encoding="utf-8") as handle:
         json.dump(document, handle, ensure_ascii=False)
     os.replace(tmp, path)
+
+
+def log_truncation(path: Path) -> int | None:
+    """How many bytes of earlier output the shim dropped from this log to
+    keep it within max_log_bytes; None if it was never cut (or is absent or
+    not a regular file: a job may have replaced it)."""
+    from wfsched.launcher import LOG_TRUNCATED  # the shim's mark; imported on use only
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        first = os.read(fd, 200)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not first.startswith(LOG_TRUNCATED):
+        return None
+    count = first[len(LOG_TRUNCATED) :].split(b" ", 1)[0]
+    return int(count) if count.isdigit() else None

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from wfsched.errors import ConflictError, NotFoundError, OperationError, UsageError
-from wfsched.ownership import holder
 from wfsched.paging import decode_cursor, encode_cursor
-from wfsched.rundirs import NO_RESUME_INPUT, RunDir
+from wfsched.rundirs import NO_RESUME_INPUT, RunDir, log_truncation
 from wfsched.store import RequestRow, RunRow, Store, parse_run_id
 from wfsched.timeutil import Clock, wall_clock
 from wfsched.views import notification_view, run_view
@@ -49,7 +48,9 @@ class Runs:
     def show(self, text: str) -> dict[str, Any]:
         """The run view plus what an operator needs after a failure: the run
         directory, the last lines of the latest attempt's stderr, and each
-        failure hook's outcome."""
+        failure hook's outcome; each attempt also says whether the shim cut
+        its logs to max_log_bytes (`output_truncated`: bytes dropped per
+        stream, or null; known on the host that ran it)."""
         with self.store.snapshot():
             run = self.run(text)
             view = run_view(run, self.store.attempts(run.seq))
@@ -62,6 +63,14 @@ class Runs:
             else []
         )
         view["failure_hooks"] = [notification_view(hook) for hook in hooks]
+        for attempt in view["attempts"]:
+            dropped = {
+                stream: count
+                for stream in ("stdout", "stderr")
+                if (count := log_truncation(directory.log_path(attempt["attempt"], stream)))
+                is not None
+            }
+            attempt["output_truncated"] = dropped or None
         return view
 
     def list(
@@ -132,7 +141,7 @@ class Runs:
             return self.store.insert_request("cancel", self.clock(), run_seq=run.seq)
 
     def supervisor_pid(self) -> int | None:
-        return holder(self.store.lock_path)
+        return self.store.supervisor_pid()
 
     def wait(self, request_seq: int, timeout: float) -> RequestRow:
         """Poll the request until the supervisor answers or `timeout` passes."""

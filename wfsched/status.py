@@ -11,11 +11,10 @@ describe it.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from wfsched.config import SupervisorConfig
-from wfsched.ownership import holder
+from wfsched.runtime import read_fault
 from wfsched.store import Store
 from wfsched.tickerrors import META_KEY as TICK_ERRORS_KEY
 from wfsched.tickerrors import published
@@ -32,8 +31,14 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
 
     `supervisor.stale` is true when a process holds the lock but has not
     ticked for three poll intervals: alive but stuck (or its clock jumped).
+    `fault` is the supervisor's open fault episode (kind, error, since,
+    phase), read from its runtime file (wfsched.runtime) because the store
+    may be unwritable while it lasts; null when there is none.
     """
-    pid = holder(store.lock_path)
+    pid = store.supervisor_pid()
+    fault = read_fault(store.root, pid)
+    if fault is not None and isinstance(fault.get("since"), int | float):
+        fault["since"] = format_event(fault["since"])
     with store.snapshot():
         meta = {
             key: store.get_meta(key)
@@ -60,7 +65,13 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
     capacity = _number(meta["max_concurrent_runs"])
     running = pid is not None
     seen = last_tick_at if last_tick_at is not None else started_at
-    stale = running and seen is not None and clock() - seen > STALE_AFTER_POLLS * poll_interval
+    # During a fault episode the stamp cannot be written: the fault says why.
+    stale = (
+        running
+        and fault is None
+        and seen is not None
+        and clock() - seen > STALE_AFTER_POLLS * poll_interval
+    )
     return {
         "supervisor": {
             "running": running,
@@ -69,6 +80,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             "last_tick_at": format_event(last_tick_at),
             "uptime": round(clock() - started_at, 3) if running and started_at else None,
             "stale": stale,
+            "fault": fault,
         },
         # Capacity governs scheduled runs; manual runs bypass it and are
         # counted apart so "executing X of N" never exceeds N.
@@ -99,7 +111,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             }
             for row in rejected
         ],
-        "store": str(store.root),
+        "store": store.display,
     }
 
 
@@ -116,7 +128,7 @@ def _launcher(meta: dict[str, str | None]) -> dict[str, Any] | None:
     }
 
 
-def status_without_store(root: Path) -> dict[str, Any]:
+def status_without_store(display: str) -> dict[str, Any]:
     """The same shape for a store that does not exist yet (nothing to report)."""
     return {
         "supervisor": {
@@ -126,6 +138,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
             "last_tick_at": None,
             "uptime": None,
             "stale": False,
+            "fault": None,
         },
         "executing": 0,
         "executing_manual": 0,
@@ -137,7 +150,7 @@ def status_without_store(root: Path) -> dict[str, Any]:
         "errors": published(None),
         "launcher": None,
         "preflight_rejected": [],
-        "store": str(root),
+        "store": display,
     }
 
 

@@ -10,6 +10,7 @@ loop can be driven in tests with a fake launcher and an injected clock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 from wfsched.calendar import CronCalendar, OneShotCalendar, calendar_for
 from wfsched.config import SupervisorConfig
 from wfsched.decisions import Candidate, Decision, ScheduleView, decide
-from wfsched.errors import WfschedError
+from wfsched.errors import StoreConnectionLost, StoreUnavailable, WfschedError
 from wfsched.eventlog import EventLog
 from wfsched.faults import FaultHook, no_fault
 from wfsched.hooks import FailureHooks, RunFacts
@@ -42,6 +43,7 @@ from wfsched.model import Definition
 from wfsched.observe import Observer
 from wfsched.ownership import Ownership
 from wfsched.preflight import preflight
+from wfsched.resources import classify
 from wfsched.rundirs import (
     NO_RESUME_INPUT,
     RunDir,
@@ -49,12 +51,29 @@ from wfsched.rundirs import (
     prepare_record_dir,
     record_dir,
 )
+from wfsched.runtime import FaultFile, fault_path
 from wfsched.sdnotify import Notifier
-from wfsched.store import LOCK_NAME, RequestRow, RunRow, ScheduleRow, run_id
-from wfsched.store import SQLiteStore as Store  # the daemon opens the one backend there is
+from wfsched.store import (
+    LOCK_NAME,
+    RequestRow,
+    RunRow,
+    ScheduleRow,
+    Store,
+    StoreLocation,
+    open_location,
+    resolve_store,
+    run_id,
+)
 from wfsched.store.rows import Invocation
 from wfsched.tickerrors import META_KEY, TickErrors, describe
-from wfsched.timeutil import MAX_DURATION, Clock, format_instant, occurrence_id, wall_clock
+from wfsched.timeutil import (
+    MAX_DURATION,
+    Clock,
+    format_event,
+    format_instant,
+    occurrence_id,
+    wall_clock,
+)
 from wfsched.views import DefinitionCache, record_entries, run_occurrence_id
 from wfsched.wakeup import Waiter
 
@@ -63,8 +82,19 @@ ABANDONED = (
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64
+OUTAGE_FIRST_RETRY = 0.5
+OUTAGE_MAX_RETRY = 10.0
+"""Seconds between reconnection attempts while the store is unreachable (doubling)."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
+_DURING_FAULTS = ("watch", "metrics")
+"""The phases that run through a store fault episode: taking the launcher's
+exit reports (no store write) and the metrics refresh (reads only; it keeps
+its last values when reads fail)."""
+PROBE_FREE_BYTES = 256 * 1024
+"""A full disk counts as cleared once this much is free again: SQLite can
+write into WAL space it already has, so one small write succeeding proves
+little, while an admission also writes the run's directory."""
 NOTIFY_TRIES = 5
 """A failure notification whose preparation keeps failing is dropped (and
 logged) after this many ticks, so one broken definition cannot loop."""
@@ -171,6 +201,7 @@ class Supervisor:
         self.observer = observer or Observer()
         """Told of every committed fact (the metrics); a no-op by default."""
         self.definitions = DefinitionCache()
+        self.fault_file = FaultFile(store.root)
         self.hooks = FailureHooks(
             control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
         )
@@ -208,6 +239,11 @@ class Supervisor:
         self._next_retention = 0.0
         self._unlaunched = True
         """Admitted runs may await launch (recovery's, a burst's later chunks)."""
+        self._hook_pids: list[int] = []
+        """Pids the launcher reported that are no runs' (hooks'), kept while
+        a store fault episode holds their outcomes back."""
+        self._deferred: list[tuple[str, dict[str, Any]]] | None = None
+        """Log lines of the admission transaction, written once it committed."""
         self.draining = False
         self.stop_requested = False
         self.wake_now = False
@@ -232,23 +268,68 @@ class Supervisor:
         self.announce()
         self.observer.started(self.store)
         self.recover()
+        # Opened now, while descriptors are to be had (see FaultFile).
+        self.fault_file.write(None)
         self.notifier.send("READY=1", "STATUS=supervising")
-        self.log("started", pid=os.getpid(), store=str(self.store.root))
+        self.log("started", pid=os.getpid(), store=self.store.display)
         waiter = self._waiter = Waiter()
         waiter.watch(self.control.fileno())
         watchdog_due = time.monotonic()
         while not self.stop_requested:
             tick_started = time.monotonic()
-            self.tick()
-            self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
-            if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
-                self.notifier.send("WATCHDOG=1")
-                watchdog_due = time.monotonic() + self.notifier.watchdog_interval
-            timing = self._phase("next-due", self._sleep_seconds)
-            self._wait_until_due(waiter, *(timing or (self.config.poll_interval, False)))
+            try:
+                self.tick()
+                self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
+                if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
+                    self.notifier.send("WATCHDOG=1")
+                    watchdog_due = time.monotonic() + self.notifier.watchdog_interval
+                episode = self.errors.episode
+                timing: tuple[float, bool] | None
+                if episode is not None and episode.holds_store:
+                    left = max(0.0, episode.retry_at - self.clock())
+                    timing = (min(self.config.poll_interval, left), False)
+                else:
+                    timing = self._phase("next-due", self._sleep_seconds)
+                self._wait_until_due(waiter, *(timing or (self.config.poll_interval, False)))
+            except StoreConnectionLost as exc:
+                self.ride_out_outage(exc)
         self.drain()
         waiter.close()
         self._waiter = None
+
+    def ride_out_outage(self, lost: StoreConnectionLost) -> None:
+        """The store's database went away (a networked store): reconnect with
+        backoff, take ownership again, then resynchronise from the store.
+
+        Nothing is admitted or launched meanwhile, and nothing after it rests
+        on what the supervisor believed before: a transaction whose COMMIT
+        failed may or may not have happened, so the store is read again (runs
+        marked running that no watch covers get recovery's verdict, admitted
+        runs are looked up again). Runs already executing go on; their exits
+        wait in their run directories. Another supervisor holding the store
+        by then is a ConflictError: this one stops."""
+        started = time.monotonic()
+        self.log("store-unavailable", reason=str(lost))
+        delay = OUTAGE_FIRST_RETRY
+        while not self.stop_requested:
+            self._wait(delay)
+            try:
+                self.store.reconnect()
+            except StoreConnectionLost:
+                delay = min(delay * 2, OUTAGE_MAX_RETRY)
+                continue
+            break
+        else:
+            return
+        self.log("store-reconnected", outage=f"{time.monotonic() - started:.3f}s")
+        self.resynchronise()
+
+    def resynchronise(self) -> None:
+        """After an outage: what the store says, not what memory says."""
+        self._unlaunched = True
+        for run in self.store.unfinished_runs():
+            if run.state == "running" and run.seq not in self.watches:
+                self._recover_running(run)
 
     def request_stop(self, *_: Any) -> None:
         """Signal handler: only sets the flag; the loop does the work."""
@@ -298,7 +379,15 @@ class Supervisor:
     def tick(self) -> None:
         """One pass over every phase. A phase that fails is logged, counted
         and skipped; the others still run, and the next tick retries it
-        (each phase re-reads its work from the store or its retry list)."""
+        (each phase re-reads its work from the store or its retry list).
+
+        During a fault episode the tick first probes the resource (after
+        its backoff); while the store stays unusable it only watches the
+        runs: their exits wait on disk and in `_reaped` until they can be
+        recorded, and nothing is written or started meanwhile."""
+        if not self._store_usable():
+            self._phase("watch", self._collect_reaped)
+            return
         now = self.clock()
         if self.owned_at is None:
             self.owned_at = int(now)
@@ -321,11 +410,20 @@ class Supervisor:
         stays queued, and admitted runs are looked for again (a launch may
         have failed after its admission committed).
         """
+        episode = self.errors.episode
+        if episode is not None and episode.holds_store and name not in _DURING_FAULTS:
+            return None  # the probe alone writes the store until the fault clears
         self._focus = {}
         try:
             return action(*args)
+        except StoreConnectionLost:
+            # Not a phase's failure: the store is gone for every phase. The
+            # loop stops the tick and rides the outage out (ride_out_outage).
+            raise
         except Exception as exc:
             self._unlaunched = True
+            if self._fault(name, exc):
+                return None
             repeated = self.errors.record(name, exc, self._focus, self.clock())
             if repeated:
                 about = {key: value for key, value in self._focus.items() if value is not None}
@@ -335,6 +433,89 @@ class Supervisor:
             return None
         finally:
             self._focus = {}
+
+    # -- resource faults ------------------------------------------------------------
+
+    def _fault(self, phase: str, exc: BaseException) -> bool:
+        """If `exc` is a resource fault, count it and open an episode (or go on
+        with the open one); False if it is another kind of error."""
+        fault = classify(exc, self.store.root)
+        if fault is None:
+            return False
+        now = self.clock()
+        episode = self.errors.open_episode(phase, fault.kind, str(fault), now)
+        if episode is None:
+            return True
+        if episode.holds_store:
+            # Instants decided late once it ends were late because of it.
+            self._admission_failed = True
+        self.log("fault", kind=fault.kind, phase=phase, reason=str(fault))
+        self.notifier.send(f"STATUS=fault since {format_event(now)}: {fault}")
+        problem = self.fault_file.write(episode.public())
+        if problem is not None:
+            self.log("fault-status-failed", reason=problem)
+        hook_dir = fault_path(self.store.root).with_name(
+            f"fault-hook-{os.getpid()}-{self.errors.episodes}"
+        )
+        self.hooks.fire_fault(fault.kind, str(fault), format_event(now) or "", hook_dir)
+        return True
+
+    def _store_usable(self) -> bool:
+        """No episode, or its probe just passed, or it holds launches only."""
+        episode = self.errors.episode
+        return episode is None or self._probe() or not episode.holds_store
+
+    def _probe(self) -> bool:
+        """Try the faulted resource again once the backoff allows: a file
+        descriptor, free space, then a durable write to the store. Ends the
+        episode (one log line with its duration) and returns True when all
+        work."""
+        episode = self.errors.episode
+        assert episode is not None
+        now = self.clock()
+        if now < episode.retry_at:
+            return False
+        try:
+            if not episode.holds_store:
+                self.control.probe_fork()
+            os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            if episode.kind == "disk-full":
+                space = os.statvfs(self.store.root)
+                if space.f_bavail * space.f_frsize < PROBE_FREE_BYTES:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.store.root))
+            self._stamp(durable=True)
+        except Exception as exc:
+            fault = classify(exc, self.store.root)
+            episode.failed_probe(str(fault) if fault else describe(exc), self.clock())
+            self.fault_file.write(episode.public())
+            return False
+        self._end_episode()
+        return True
+
+    def _end_episode(self) -> None:
+        now = self.clock()
+        ended = self.errors.close_episode(now)
+        if ended is None:
+            return
+        self.log(
+            "fault-cleared",
+            kind=ended.kind,
+            since=format_event(ended.since),
+            duration=f"{now - ended.since:.1f}s",
+            retries=ended.probes,
+        )
+        self.notifier.send("STATUS=supervising")
+        self.fault_file.write(None)
+        self._unlaunched = True
+        self.wake_now = True
+
+    def _note(self, event: str, **fields: Any) -> None:
+        """Log now, or after the admission transaction commits if one is
+        open: a log line states a committed fact, never a rolled-back one."""
+        if self._deferred is not None:
+            self._deferred.append((event, fields))
+        else:
+            self.log(event, **fields)
 
     def _stamp(self, durable: bool = False) -> None:
         """The liveness stamp `status` reads, with the contained-error counts."""
@@ -376,36 +557,23 @@ class Supervisor:
 
     def admit_due(self, now: float) -> None:
         """Decide every due schedule in one transaction, then launch."""
-        admitted: list[int] = []
         instant_now = int(now)
         late_reason = "store-unavailable" if self._admission_failed else "late"
         self._admission_failed = True  # until this decision commits
         self._rejections = []
-        with self.store.atomic():
-            rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
-            if rows:
-                capacity_left = max(
-                    0, self.config.max_concurrent_runs - self.store.executing_count()
-                )
-                budget = self.config.max_admissions_per_tick
-                active = self.store.active_run_counts([row.id for row in rows])
-                for row in rows:
-                    if budget <= 0:
-                        self.wake_now = True
-                        break
-                    runs = self._decide_one(
-                        row, now, active.get(row.id, 0), capacity_left, budget, late_reason
-                    )
-                    admitted.extend(runs)
-                    capacity_left -= len(runs)
-                    budget -= len(runs)
-                self._focus = {}  # the commit is every schedule's
-                if admitted:
-                    self.fault("before-admission-commit")
+        self._deferred = []
+        try:
+            with self.store.atomic():
+                admitted = self._admit_in_transaction(now, instant_now, late_reason)
+            lines, self._deferred = self._deferred, None
+            for event, fields in lines:
+                self.log(event, **fields)
+        finally:
+            self._deferred = None
         self._admission_failed = False
         self._rejected.extend(self._rejections)  # committed: their hooks are owed
         self._rejections = []
-        if not rows:
+        if admitted is None:
             return  # the idle tick: one indexed query, nothing more
         if admitted:
             self.fault("after-admission-commit")
@@ -416,6 +584,32 @@ class Supervisor:
         if len(admitted) > LAUNCH_CHUNK:
             self.wake_now = True
             self._unlaunched = True
+
+    def _admit_in_transaction(
+        self, now: float, instant_now: int, late_reason: str
+    ) -> list[int] | None:
+        """The decisions of one tick (None on an idle tick); the caller commits."""
+        rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
+        if not rows:
+            return None  # the idle tick: one indexed query, nothing more
+        admitted: list[int] = []
+        capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
+        budget = self.config.max_admissions_per_tick
+        active = self.store.active_run_counts([row.id for row in rows])
+        for row in rows:
+            if budget <= 0:
+                self.wake_now = True
+                break
+            runs = self._decide_one(
+                row, now, active.get(row.id, 0), capacity_left, budget, late_reason
+            )
+            admitted.extend(runs)
+            capacity_left -= len(runs)
+            budget -= len(runs)
+        self._focus = {}  # the commit is every schedule's
+        if admitted:
+            self.fault("before-admission-commit")
+        return admitted
 
     def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:
         """Round-robin: start after the schedule admitted last, for fairness
@@ -457,6 +651,8 @@ class Supervisor:
                     late_reason=late_reason,
                 )
                 return self._persist(row, defn, decision, now)
+        except (StoreUnavailable, StoreConnectionLost):
+            raise  # a resource fault or a lost store is the tick's, never this schedule's
         except (WfschedError, ValueError, KeyError, TypeError) as exc:
             self.block(row.id, f"cannot decide: {exc}")
             return []
@@ -466,14 +662,16 @@ class Supervisor:
     ) -> list[int]:
         record_entries(self.store, row.id, row.revision, decision.entries, now)
         for entry in decision.entries:
-            self.log(entry.state, schedule=row.id, at=format_instant(entry.at), reason=entry.reason)
+            self._note(
+                entry.state, schedule=row.id, at=format_instant(entry.at), reason=entry.reason
+            )
         admitted = []
         for instant, _why in decision.admit:
             seq = self._admit(row, defn, instant, now)
             if seq is not None:
                 admitted.append(seq)
         if decision.blocked:
-            self.log("blocked", schedule=row.id, reason=decision.blocked)
+            self._note("blocked", schedule=row.id, reason=decision.blocked)
         self.store.update_schedule(
             row.id,
             consumed_through=decision.consumed_through,
@@ -497,14 +695,14 @@ class Supervisor:
             self.store.insert_occurrence(
                 row.id, instant, "preflight-rejected", row.revision, now, reason=reason
             )
-            self.log(
+            self._note(
                 "preflight-rejected", schedule=row.id, at=format_instant(instant), reason=reason
             )
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
         self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
-        self.log("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
+        self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
         return seq
 
     def _freeze(
@@ -552,7 +750,7 @@ class Supervisor:
         with self.store.atomic():
             self.store.update_schedule(schedule_id, blocked_reason=reason, next_due=None)
         self.observer.schedule_changed(schedule_id)
-        self.log("blocked", schedule=schedule_id, reason=reason)
+        self._note("blocked", schedule=schedule_id, reason=reason)
 
     # -- launching ------------------------------------------------------------------
 
@@ -614,6 +812,11 @@ class Supervisor:
         """
         if not seqs:
             return
+        if self.errors.episode is not None:
+            # Nothing starts that cannot be recorded (or cannot be forked):
+            # the runs stay admitted and launch once the episode ends.
+            self._unlaunched = True
+            return
         self._focus = {
             "runs": ",".join(run_id(seq) for seq in seqs),
             "request": answer.seq if answer else None,
@@ -634,10 +837,16 @@ class Supervisor:
                     rundir.prepare_attempt(attempt, resume_input)
                     prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
                 except Exception as exc:
+                    if classify(exc, self.store.root) is not None:
+                        raise  # a full or read-only disk: not this run's fault
                     why = f"cannot prepare its directories: {describe(exc)}"
                     self._unprepared(run, attempt, answer, why)
                     continue
             except Exception as exc:
+                if classify(exc, self.store.root) is not None:
+                    # A fault episode: nothing is marked, every run stays
+                    # admitted and launches once it ends.
+                    raise
                 failure = failure or exc  # left as it was: retried next tick
                 continue
             prepared.append((run, invocation, rundir))
@@ -782,6 +991,7 @@ class Supervisor:
             record_dir=str(attempt_record_dir(self.store.root, run.run_id, attempt)),
             timeout=invocation.timeout,
             kill_grace=invocation.kill_grace,
+            max_log_bytes=self.config.max_log_bytes,
         )
 
     def _spawn(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
@@ -804,6 +1014,9 @@ class Supervisor:
         except AlreadyLaunched:
             return self._settle_lost_launch(run, watch, spec)
         except OSError as exc:
+            # A fork or descriptor limit opens an episode that holds later
+            # launches (first: recording this run may fail in the same fault).
+            self._fault("launch", exc)
             self._finish_unlaunched(run, watch, f"could not start the shim: {exc}")
             return None
         except Exception as exc:
@@ -964,16 +1177,7 @@ class Supervisor:
         """Exit records of shims the fork server reaped, plus a look at every
         adopted shim (not our grandchild, so nobody reports its end). All
         endings found in one tick are recorded in one transaction."""
-        drained: list[int] = []
-        if self.launcher.up:
-            try:
-                drained = self.control.drain_exits()
-            except LauncherError as exc:
-                self._replace_launcher(exc)
-        # Remembered before anything else can fail: the launcher never
-        # reports these pids again. (Hooks' pids are never in _pids.)
-        self._reaped.update(self._pids[pid] for pid in drained if pid in self._pids)
-        self.hooks.reaped(drained)
+        self._collect_reaped()
         endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
         corrupt: list[tuple[str, str]] = []
         for seq, watch in list(self.watches.items()):
@@ -999,6 +1203,26 @@ class Supervisor:
         for schedule_id, reason in corrupt:
             self.block(schedule_id, reason)
 
+    def _collect_reaped(self) -> None:
+        """Take the pids the fork server reaped. Needs no store, so it runs
+        through a fault episode too: the exit records wait on disk, the
+        reaped runs in `_reaped`, until their ends can be committed."""
+        drained: list[int] = []
+        if self.launcher.up:
+            try:
+                drained = self.control.drain_exits()
+            except LauncherError as exc:
+                self._replace_launcher(exc)
+        # Remembered before anything else can fail: the launcher never
+        # reports these pids again. (Hooks' pids are never in _pids.)
+        self._reaped.update(self._pids[pid] for pid in drained if pid in self._pids)
+        self._hook_pids.extend(pid for pid in drained if pid not in self._pids)
+        episode = self.errors.episode
+        if episode is not None and episode.holds_store:
+            return  # hook outcomes are store rows: recorded once it answers
+        pids, self._hook_pids = self._hook_pids, []
+        self.hooks.reaped(pids)
+
     def _examine(
         self, watch: Watch, reaped: bool
     ) -> tuple[ExitRecord | None, str | None, str | None] | None:
@@ -1013,7 +1237,11 @@ class Supervisor:
         if watch.ending is None:
             try:
                 found = self._look(watch, reaped)
+            except (StoreUnavailable, StoreConnectionLost):
+                raise
             except (RecordError, OSError) as exc:
+                if isinstance(exc, OSError) and classify(exc, self.store.root) is not None:
+                    raise  # a fault episode (no descriptor, EIO): read again later
                 reason = f"unreadable records: {exc}"
                 found = (None, reason, reason)
             if found is None or found[0] is not None:
@@ -1252,6 +1480,8 @@ class Supervisor:
         try:
             handler(request)
         except Exception as exc:
+            if classify(exc, self.store.root) is not None:
+                raise  # a resource fault is an episode, not this request's try
             tries = self._request_tries[request.seq] = self._request_tries.get(request.seq, 0) + 1
             current = self.store.get_request(request.seq)
             if tries >= REQUEST_TRIES and current is not None and current.state == "pending":
@@ -1415,9 +1645,12 @@ class Supervisor:
     def _wait_for_watches(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while self.watches:
-            self._phase("ingestion", self.ingest_exits)
-            self._phase("requests", self.handle_requests)
-            self._phase("notification", self.notify_failures)
+            if self._store_usable():
+                self._phase("ingestion", self.ingest_exits)
+                self._phase("requests", self.handle_requests)
+                self._phase("notification", self.notify_failures)
+            else:
+                self._phase("watch", self._collect_reaped)
             self._phase("metrics", self.observer.ticked, None)
             remaining = deadline - time.monotonic()
             if not self.watches or remaining <= 0:
@@ -1462,7 +1695,7 @@ def _outcome(record: ExitRecord, interrupt_exit_code: int | None) -> tuple[str, 
 
 
 def run_supervisor(
-    store_root: Path,
+    location: StoreLocation | Path,
     config: SupervisorConfig,
     *,
     control: ProcessControl | None = None,
@@ -1479,6 +1712,8 @@ def run_supervisor(
     lock nor the database), then the lock, recovery, the loop, the drain, and
     the lock released last. `stopped` tells whether a stop signal arrived
     before this was called (the CLI catches them even earlier)."""
+    if isinstance(location, Path):
+        location = resolve_store(location)
     early: list[int] = []
     previous = {
         signum: signal.signal(signum, lambda n, _f: early.append(n))
@@ -1486,7 +1721,7 @@ def run_supervisor(
     }
     try:
         _supervise(
-            store_root,
+            location,
             config,
             control,
             clock,
@@ -1504,7 +1739,7 @@ def run_supervisor(
 
 
 def _supervise(
-    store_root: Path,
+    location: StoreLocation,
     config: SupervisorConfig,
     control: ProcessControl | None,
     clock: Clock,
@@ -1516,20 +1751,35 @@ def _supervise(
     stopped: Callable[[], bool],
     observer: Observer | None,
 ) -> None:
+    """A SQLite store's ownership lock is its `supervisor.lock` file, taken
+    before the database is opened; a PostgreSQL store's is a session advisory
+    lock on the store's own connection, so the server drops it when this
+    process or its connection dies."""
     control = control or Launcher()
     control.start()
     if early or stopped():
         control.stop()
         return
-    ownership = Ownership(store_root / LOCK_NAME)
+    ownership: Ownership | None = None
     try:
-        store_root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        ownership.acquire()
+        if location.path is not None:
+            ownership = Ownership(location.path / LOCK_NAME)
+            location.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            ownership.acquire()
+        store = open_location(location, create=True, busy_timeout=config.busy_timeout)
+        assert store is not None
+        if ownership is None:
+            try:
+                store.take_ownership()  # type: ignore[attr-defined]
+            except BaseException:
+                store.close()
+                raise
     except BaseException:
         control.stop()
+        if ownership is not None:
+            ownership.release()
         raise
     try:
-        store = Store(store_root)
         if prepare is not None:
             # Under the lock, before recovery (e.g. `supervise --apply`).
             prepare(store)
@@ -1552,7 +1802,9 @@ def _supervise(
         finally:
             signal.set_wakeup_fd(-1)
             supervisor.notifier.close()
+            supervisor.fault_file.close()
             store.close()
     finally:
         control.stop()
-        ownership.release()
+        if ownership is not None:
+            ownership.release()

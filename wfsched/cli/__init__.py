@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from wfsched.admin import Admin
     from wfsched.reads import Reads
     from wfsched.store import Store
+    from wfsched.store.location import StoreLocation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,7 +41,7 @@ class CliState:
 
     store_option: str | None = None
     """`--store` / `$WFSCHED_STORE` as given; None means the default."""
-    store_path: Path | None = None
+    _location: StoreLocation | None = field(default=None, repr=False)
     debug: bool = False
     clock: Clock = wall_clock
     console: Console | None = None
@@ -63,26 +63,26 @@ class CliState:
             self.console = Console(highlight=False, soft_wrap=False, width=width)
         return self.console
 
-    def resolved_store_path(self) -> Path:
-        if self.store_path is None:
-            from wfsched.store.paths import resolve_store_path
+    def location(self) -> StoreLocation:
+        """The store `--store` / `$WFSCHED_STORE` / the default names (parsed once)."""
+        if self._location is None:
+            from wfsched.store.location import resolve_store
 
-            self.store_path = resolve_store_path(self.store_option)
-        return self.store_path
+            self._location = resolve_store(self.store_option)
+        return self._location
 
     def store(self, *, create: bool) -> Store | None:
         """The store, opened once per invocation and closed with the context.
 
         With `create=False` a store that does not exist yet is None: reading
-        commands must not leave an empty store directory behind.
+        commands must not leave an empty store (directory or schema) behind.
         """
         if self._store is None:
-            from wfsched.store import DB_NAME, open_store
+            from wfsched.store import open_location
 
-            path = self.resolved_store_path()
-            if not create and not (path / DB_NAME).exists():
+            self._store = open_location(self.location(), create=create)
+            if self._store is None:
                 return None
-            self._store = open_store(path)
             ctx = click.get_current_context(silent=True)
             if ctx is not None:
                 ctx.call_on_close(self._close)
@@ -101,12 +101,10 @@ class CliState:
 
     def store_missing(self) -> bool:
         """True, after the one-line stderr note, when no store exists yet."""
-        from wfsched.store import DB_NAME
-
-        if self._store is not None or (self.resolved_store_path() / DB_NAME).exists():
+        if self.store(create=False) is not None:
             return False
         click.echo(
-            f"wfsched: note: no store at {self.resolved_store_path()} yet; answering as an"
+            f"wfsched: note: no store at {self.location().display} yet; answering as an"
             " empty store would (`wfsched create` or `wfsched apply` makes one)",
             err=True,
         )
@@ -122,7 +120,7 @@ class CliState:
         store = self.store(create=False)
         if store is None:
             raise NotFoundError(
-                f"no store at {self.resolved_store_path()} (no schedules yet); create one"
+                f"no store at {self.location().display} (no schedules yet); create one"
                 " with `wfsched create FILE` or `wfsched apply DIR`, or pass --store"
             )
         return store

@@ -20,10 +20,10 @@ def audit(state: CliState, as_json: bool) -> None:
     Read-only. Exit status 1 when any violation is found; each is printed
     with its check name (see `wfsched.audit` for the list).
     """
-    from wfsched.audit import audit_path, empty_report
+    from wfsched.audit import audit_location, empty_report
 
     missing = state.store_missing()
-    report = empty_report() if missing else audit_path(state.resolved_store_path())
+    report = empty_report() if missing else audit_location(state.location())
     if as_json:
         print_json(report)
     else:

@@ -15,9 +15,10 @@ from typing import Any
 import click
 
 from wfsched import __version__, early_stop
-from wfsched.cli import CliState, audit, prune, runs, schedules, supervise
+from wfsched.cli import CliState, audit, prune, runs, schedules, store, supervise
 from wfsched.cli.output import printable
 from wfsched.errors import DefinitionErrors, WfschedError
+from wfsched.resources import os_error_words
 
 PROG = "wfsched"
 
@@ -88,6 +89,13 @@ class WfschedGroup(click.Group):
             # `wfsched list | head`: the reader left; nothing more to say.
             _silence_stdout()
             return 1
+        except OSError as exc:
+            # A full disk, a read-only store, EIO while writing a run's files:
+            # said in words with the fix, exit 1 (the operation failed).
+            if state.debug:
+                _print_traceback()
+            _error(os_error_words(exc, state.location().local_dir))
+            return 1
         except Exception as exc:
             if state.debug:
                 _print_traceback()
@@ -154,6 +162,7 @@ runs.register(cli)
 supervise.register(cli)
 prune.register(cli)
 audit.register(cli)
+store.register(cli)
 # ---------------------------------------------------------------------------------
 
 

@@ -43,7 +43,7 @@ def _runs(state: CliState) -> Runs:
 
     store = state.store(create=False)
     if store is None:
-        raise NotFoundError(f"no store at {state.resolved_store_path()}")
+        raise NotFoundError(f"no store at {state.location().display}")
     return Runs(store, clock=state.clock)
 
 
@@ -195,9 +195,16 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
     show(state.get_console(), grid)
     if view["attempts"]:
         attempts = table("attempt", "state", "started", "finished", "exit", "reason")
+        columns = ("attempt", "state", "started_at", "finished_at", "exit_code", "reason")
         for attempt in view["attempts"]:
-            add_row(attempts, *attempt.values())
+            add_row(attempts, *(attempt[key] for key in columns))
         show(state.get_console(), attempts)
+        for attempt in view["attempts"]:
+            for stream, dropped in (attempt["output_truncated"] or {}).items():
+                say(
+                    f"attempt {attempt['attempt']} {stream}: output truncated, the first"
+                    f" {dropped} bytes dropped (max_log_bytes)"
+                )
     else:
         say("not started yet: no attempts, no output")
         return

@@ -161,7 +161,7 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
         output.say("no definitions found")
         return
     summary = ", ".join(f"{count} {name}" for name, count in tally.items())
-    where = state.resolved_store_path()
+    where = state.location().display
     output.say(
         f"{summary} (dry run: nothing written to {where})"
         if dry_run
@@ -588,7 +588,7 @@ def status(state: CliState, as_json: bool) -> None:
 
     store = state.read_store()
     if store is None:
-        info = status_without_store(state.resolved_store_path())
+        info = status_without_store(state.location().display)
     else:
         info = store_status(store, clock=state.clock)
     if as_json:
@@ -605,6 +605,8 @@ def status(state: CliState, as_json: bool) -> None:
             alive += f", last tick {supervisor['last_tick_at']}"
         if supervisor["stale"]:
             alive += " - STALE: no tick for 3 poll intervals"
+        if supervisor["fault"]:
+            alive += f" - FAULT since {supervisor['fault']['since']}"
     else:
         alive = "not running; start one with `wfsched supervise`"
     due = info["next_due"]
@@ -634,6 +636,17 @@ def status(state: CliState, as_json: bool) -> None:
             f"DOWN since {launcher['since']}: {launcher['last_error']}; runs wait, retrying",
         )
     output.add_row(grid, "preflight-rejected", len(info["preflight_rejected"]))
+    fault = supervisor["fault"]
+    if fault:
+        output.add_row(grid, "fault", f"{fault['kind']} since {fault['since']}: {fault['error']}")
+    ended = info["errors"]["last_fault"]
+    if ended:
+        output.add_row(
+            grid,
+            "last fault",
+            f"{ended['kind']} from {ended['since']} to {ended['ended']}"
+            f" ({ended['duration']:g}s): {ended['error']}",
+        )
     output.show(state.get_console(), grid)
     for blocked in info["blocked"]:
         output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")

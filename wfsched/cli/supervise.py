@@ -75,9 +75,9 @@ def supervise(
     from wfsched.launcher import Launcher
     from wfsched.supervisor import run_supervisor
 
-    root = state.resolved_store_path()
+    location = state.location()
     config = load_config(
-        root,
+        location.local_dir,
         {
             "poll_interval": poll_interval,
             "max_concurrent_runs": max_concurrent_runs,
@@ -96,7 +96,11 @@ def supervise(
         from wfsched.metrics import Metrics
         from wfsched.metrics_server import MetricsServer
 
-        source = "--metrics" if metrics is not None else f"{root / CONFIG_NAME}: metrics_listen"
+        source = (
+            "--metrics"
+            if metrics is not None
+            else f"{location.local_dir / CONFIG_NAME}: metrics_listen"
+        )
         server = MetricsServer(parse_listen(config.metrics_listen), source)
         observer = Metrics(poll_interval=config.poll_interval, clock=state.clock)
     prepare = functools.partial(
@@ -104,7 +108,7 @@ def supervise(
     )
     try:
         run_supervisor(
-            root,
+            location,
             config,
             control=Launcher(fault=spec or ""),
             clock=state.clock,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from wfsched.store.core import DB_NAME, LOCK_NAME, RUNS_DIR, SQLiteStore, open_existing_store
 from wfsched.store.interface import Store
+from wfsched.store.location import StoreLocation, require_psycopg, resolve_store
 from wfsched.store.paths import default_store_path, resolve_store_path
 from wfsched.store.rows import (
     PRUNED_STATE,
@@ -30,10 +31,33 @@ from wfsched.store.rows import (
 )
 
 
-def open_store(root: str | Path, *, create: bool = True) -> Store:
+def open_store(
+    root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+) -> Store:
     """The store at `root` (a directory: SQLite), created if missing unless
-    `create` is False."""
-    return SQLiteStore(root, create=create)
+    `create` is False. `busy_timeout`: seconds a write waits for another
+    process's transaction before the store counts as locked (default 15)."""
+    return SQLiteStore(root, create=create, busy_timeout=busy_timeout)
+
+
+def open_location(
+    location: StoreLocation, *, create: bool, busy_timeout: float | None = None
+) -> Store | None:
+    """The store `location` names; with `create=False` a store that does not exist
+    yet is None (reading commands create nothing: no directory, no schema).
+    `busy_timeout` is SQLite's wait for a lock held by another writer."""
+    if location.is_postgres:
+        require_psycopg()
+        from wfsched.store.postgres import NoStore, PostgresStore
+
+        try:
+            return PostgresStore(location, create=create)
+        except NoStore:
+            return None
+    assert location.path is not None
+    if not create and not (location.path / DB_NAME).exists():
+        return None
+    return SQLiteStore(location.path, create=create, busy_timeout=busy_timeout)
 
 
 __all__ = [
@@ -54,10 +78,13 @@ __all__ = [
     "ScheduleRow",
     "SchemaProblem",
     "Store",
+    "StoreLocation",
     "default_store_path",
     "open_existing_store",
+    "open_location",
     "open_store",
     "parse_run_id",
+    "resolve_store",
     "resolve_store_path",
     "run_id",
 ]

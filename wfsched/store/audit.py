@@ -163,8 +163,8 @@ class AuditQueries(Connected):
         already passed it never looks."""
         rows = self._execute(
             "SELECT schedule_id, seq, scheduled_at, ledger_pos FROM occurrences"
-            " WHERE ledger_pos IS NULL OR ledger_pos > (SELECT COALESCE(MAX(seq), 0)"
-            " FROM sqlite_sequence WHERE name = 'occurrences') ORDER BY schedule_id, seq"
+            " WHERE ledger_pos IS NULL OR ledger_pos >"
+            f" COALESCE({self.dialect.highest_seq('occurrences')}, 0) ORDER BY schedule_id, seq"
         )
         return [(s, seq, at, pos) for s, seq, at, pos in rows]
 

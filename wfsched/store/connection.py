@@ -12,11 +12,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from wfsched.errors import StoreError
 from wfsched.store.dialect import Dialect
+from wfsched.store.worded import WordedConnection
 
 
 class Connected:
-    _conn: sqlite3.Connection
+    _conn: WordedConnection
     dialect: Dialect
 
     def _execute(self, statement: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
@@ -51,7 +53,7 @@ class Connected:
             # commit. Roll it back so the caller's retry starts clean.
             self._conn.execute("COMMIT")
         except BaseException:
-            with suppress(sqlite3.Error):
+            with suppress(sqlite3.Error, StoreError):
                 self._conn.execute("ROLLBACK")
             raise
 

@@ -22,6 +22,7 @@ from typing import Any
 from wfsched.errors import NotFoundError, StoreError
 from wfsched.store.audit import AuditQueries
 from wfsched.store.batching import chunked
+from wfsched.store.copying import CopyQueries
 from wfsched.store.dialect import SQLITE
 from wfsched.store.metrics import MetricsQueries
 from wfsched.store.operator import OperatorQueries
@@ -33,6 +34,7 @@ from wfsched.store.rows import (
     RunRow,
     ScheduleRow,
 )
+from wfsched.store.worded import WordedConnection
 
 DB_NAME = "wfsched.db"
 LOCK_NAME = "supervisor.lock"
@@ -76,11 +78,6 @@ _EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
 _SCHEDULE_BLOCKED = (
     "EXISTS (SELECT 1 FROM schedules s WHERE s.id = r.schedule_id AND s.blocked_reason IS NOT NULL)"
 )
-# A new ledger row's position: the seq AUTOINCREMENT is about to give it, which
-# lies above every seq (and so every position) the table has ever used. Each
-# statement of an executemany sees the sequence its predecessor advanced.
-# (A database trigger does the same for an insert that names no position.)
-_NEXT_POSITION = "COALESCE((SELECT seq + 1 FROM sqlite_sequence WHERE name = 'occurrences'), 1)"
 _OCCURRENCE_SELECT = (
     "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
     " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
@@ -93,7 +90,7 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries):
+class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
     Implements `wfsched.store.interface.Store`. Query groups for `audit` and
@@ -103,11 +100,15 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     dialect = SQLITE
 
-    def __init__(self, root: str | Path, *, create: bool = True) -> None:
+    def __init__(
+        self, root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+    ) -> None:
+        self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if busy_timeout is None else busy_timeout
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
         self.db_path = self.root / DB_NAME
         self.lock_path = self.root / LOCK_NAME
         self.runs_dir = self.root / RUNS_DIR
+        self.display = str(self.root)
         if not self.db_path.exists() and not create:
             raise StoreError(f"no store at {self.root}; create a schedule there first")
         self._conn = self._connect()
@@ -115,20 +116,19 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     # -- connection and transactions ---------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> WordedConnection:
         old_umask = os.umask(0o077)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self.runs_dir.mkdir(exist_ok=True)
-            conn = sqlite3.connect(
-                self.db_path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
-            )
+            raw = sqlite3.connect(self.db_path, isolation_level=None, timeout=self.busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open store {self.root}: {exc}") from exc
         finally:
             os.umask(old_umask)
+        conn = WordedConnection(raw, self.db_path, self.busy_timeout)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -160,6 +160,11 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     def close(self) -> None:
         self._conn.close()
+
+    def reconnect(self) -> None:
+        """A fresh connection (the database file stays where it is)."""
+        self._conn.close()
+        self._conn = self._connect()
 
     @property
     def schema_version(self) -> int:
@@ -272,7 +277,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         cursor = self._execute(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
-            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {_NEXT_POSITION}))",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            f" COALESCE(?, {self.dialect.next_ledger_position()}))",
             (
                 schedule_id,
                 scheduled_at,
@@ -295,7 +301,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         self._execute_many(
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
-            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_POSITION})",
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {self.dialect.next_ledger_position()})",
             rows,
         )
 
@@ -540,6 +546,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def supervisor_pid(self) -> int | None:
+        """The pid holding the store's supervisor.lock, from the kernel's lock table."""
+        from wfsched.ownership import holder
+
+        return holder(self.lock_path)
 
 
 def _schedule(row: Sequence[Any]) -> ScheduleRow:

@@ -76,6 +76,18 @@ class Dialect(ABC):
         commits (and only then), so a reader knows when to look again."""
 
     @abstractmethod
+    def highest_seq(self, table: str) -> str:
+        """An expression: the highest key `table`'s seq generator ever handed out
+        (NULL if none), deleted rows included."""
+
+    @abstractmethod
+    def next_ledger_position(self) -> str:
+        """An expression for a new ledger row's position: the seq it is about to
+        get, above every seq (and so every position) the table ever used. Each
+        statement of an executemany sees the sequence its predecessor advanced.
+        (A database trigger does the same for an insert that names no position.)"""
+
+    @abstractmethod
     def group_concat(self, expression: str) -> str:
         """Aggregate `expression` into one comma-separated string."""
 
@@ -116,6 +128,12 @@ class SQLiteDialect(Dialect):
 
     def data_version(self) -> str:
         return "PRAGMA data_version"
+
+    def highest_seq(self, table: str) -> str:
+        return f"(SELECT MAX(seq) FROM sqlite_sequence WHERE name = '{table}')"
+
+    def next_ledger_position(self) -> str:
+        return "COALESCE((SELECT seq + 1 FROM sqlite_sequence WHERE name = 'occurrences'), 1)"
 
     def group_concat(self, expression: str) -> str:
         return f"GROUP_CONCAT({expression})"

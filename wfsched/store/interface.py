@@ -49,7 +49,10 @@ class Store(Protocol):
     """One store: its database plus the run directories beside it."""
 
     root: Path
-    """Where the store lives (shown by `status`)."""
+    """This host's directory of the store: the SQLite store directory, or for
+    PostgreSQL the local state directory (config.toml, run directories)."""
+    display: str
+    """How output and errors name the store: a path, or a URL without password."""
     runs_dir: Path
     """Run directories (`runs/<run-id>/attempt-N/`) on this host."""
     lock_path: Path
@@ -68,6 +71,11 @@ class Store(Protocol):
     # -- schedules, ledger, runs, attempts, requests, meta ---------------------------------
 
     def close(self) -> None: ...
+
+    def reconnect(self) -> None:
+        """Replace a lost connection; an owning supervisor's ownership is taken
+        again (ConflictError if another supervisor holds the store by now)."""
+        ...
 
     @property
     def schema_version(self) -> int: ...
@@ -227,6 +235,30 @@ class Store(Protocol):
         ...
 
     def get_meta(self, key: str) -> str | None: ...
+
+    def supervisor_pid(self) -> int | None:
+        """The pid of the supervisor owning the store, None if none does (never takes the lock)."""
+        ...
+
+    # -- `wfsched store copy` ----------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        """No row in any table."""
+        ...
+
+    def export_rows(self, table: str, columns: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+        """Every row of `table` (one of `wfsched.store.copying.COPY_TABLES`), streamed."""
+        ...
+
+    def import_rows(
+        self, table: str, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]
+    ) -> int:
+        """Insert rows as they are, keys included; how many."""
+        ...
+
+    def after_import(self) -> None:
+        """Key generators continue after the imported keys."""
+        ...
 
     # -- read-only queries for `wfsched audit` ---------------------------------------------
 

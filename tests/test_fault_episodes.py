@@ -1,0 +1,222 @@
+"""Layer 1: a resource fault is one episode, and log lines state committed facts.
+
+Driven with the fake launcher and an injected clock: a store method raises
+what the store layer raises for a full disk (StoreUnavailable), and the
+tests check what the operator sees (one line when the episode starts, one
+with its duration when it ends, the fault file `status` reads, STATUS=,
+the config hook once) and what the supervisor does meanwhile (no
+admission, no launch, probes with backoff, then resumes by itself).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_supervisor_loop import T0, Harness, iso
+from wfsched.errors import StoreUnavailable
+from wfsched.faults import InjectedFault
+from wfsched.launcher import SpawnRefused, _LogCap
+from wfsched.resources import classify
+from wfsched.rundirs import log_truncation
+from wfsched.runtime import read_fault
+from wfsched.status import status
+from wfsched.store import open_store
+from wfsched.supervisor import Supervisor, SupervisorConfig
+from wfsched.tickerrors import FAULT_BACKOFF_FIRST, FAULT_BACKOFF_MAX
+
+
+class Notes:
+    """Records what would go to the notify socket."""
+
+    watchdog_interval = None
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, *fields: str) -> None:
+        self.sent.extend(fields)
+
+    def close(self) -> None:
+        pass
+
+
+def events(h: Harness, name: str) -> list[dict[str, object]]:
+    return [fields for event, fields in h.events if event == name]
+
+
+def supervisor(h: Harness, notes: Notes | None = None, **kwargs: Any) -> Supervisor:
+    return Supervisor(
+        h.store,
+        SupervisorConfig(on_failure=("alert",)),
+        h.control,
+        clock=h.clock,
+        log=lambda event, **fields: h.events.append((event, fields)),
+        notifier=notes,  # type: ignore[arg-type]
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    harness = Harness(tmp_path / "store")
+    harness.define("a", cron="0 * * * *")
+    return harness
+
+
+def disk_full(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every store write fails as on a full disk while the flag is up."""
+    full = [True]
+    real_atomic = h.store.atomic
+    message = f"the store's filesystem is full: free space under {h.store.root}"
+
+    def atomic() -> Any:
+        if full[0]:
+            raise StoreUnavailable("disk-full", message)
+        return real_atomic()
+
+    monkeypatch.setattr(h.store, "atomic", atomic)
+    real_touch = h.store.touch_meta
+
+    def touch_meta(**values: str) -> None:
+        if full[0]:
+            raise StoreUnavailable("disk-full", message)
+        real_touch(**values)
+
+    monkeypatch.setattr(h.store, "touch_meta", touch_meta)
+    return full
+
+
+def test_a_full_disk_is_one_episode_that_admits_nothing_and_ends_by_itself(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h.define("b", '[policy]\nlateness = "5s"\n', cron="0 * * * *")
+    notes = Notes()
+    h.supervisor = supervisor(h, notes)
+    h.tick_at(T0 - 10)
+    full = disk_full(h, monkeypatch)
+    h.tick_at(T0 - 5)  # the liveness stamp fails: the episode opens
+    for second in range(0, 30):
+        h.tick_at(T0 + second)  # the instant falls due meanwhile
+    assert h.run_ids() == [] and h.control.spawned[1:] == []
+    (opened,) = events(h, "fault")
+    assert opened["kind"] == "disk-full" and "free space under" in str(opened["reason"])
+    assert events(h, "tick-error") == []
+    assert any(note.startswith("STATUS=fault since") for note in notes.sent)
+    published = read_fault(h.store.root, os.getpid())
+    assert published is not None and published["kind"] == "disk-full"
+    hooks = [spec for spec, _ in h.control.spawned if spec.run_id == "fault-notify"]
+    assert len(hooks) == 1
+    assert hooks[0].env["WFSCHED_FAULT_KIND"] == "disk-full"
+    # Probes back off (0.5, 1, 2, ... up to the cap), not one write per tick.
+    episode = h.supervisor.errors.episode
+    assert episode is not None and 3 <= episode.probes <= 7
+    assert episode.backoff <= FAULT_BACKOFF_MAX
+    full[0] = False
+    h.tick_at(T0 + 30 + FAULT_BACKOFF_MAX)
+    (cleared,) = events(h, "fault-cleared")
+    assert cleared["kind"] == "disk-full"
+    assert cleared["duration"] == f"{35 + FAULT_BACKOFF_MAX:.1f}s"
+    assert "STATUS=supervising" in notes.sent
+    assert read_fault(h.store.root, os.getpid()) is None
+    # The instant was due during the fault and is judged by its lateness (60s).
+    assert h.run_ids() == ["run-000001"]
+    assert h.history("b") == [(iso(T0), "skipped-misfire", "store-unavailable")]
+    assert status(h.store, clock=h.clock)["errors"]["last_fault"]["kind"] == "disk-full"
+
+
+def test_the_first_probe_waits_for_the_backoff(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.supervisor = supervisor(h)
+    full = disk_full(h, monkeypatch)
+    h.tick_at(T0 - 10)
+    full[0] = False
+    h.tick_at(T0 - 10 + FAULT_BACKOFF_FIRST / 2)
+    assert events(h, "fault-cleared") == []
+    h.tick_at(T0 - 10 + FAULT_BACKOFF_FIRST)
+    assert len(events(h, "fault-cleared")) == 1
+
+
+def test_admitted_is_logged_only_after_the_admission_commits(h: Harness) -> None:
+    failed: list[str] = []
+
+    def fault(point: str) -> None:
+        if point == "before-admission-commit" and not failed:
+            failed.append(point)
+            raise InjectedFault("the commit fails")
+
+    h.supervisor = supervisor(h, fault=fault)
+    h.tick_at(T0 - 10)  # the startup tick
+    h.tick_at(T0)
+    assert failed and h.run_ids() == []
+    assert events(h, "admitted") == []  # rolled back: never said
+    h.tick_at(T0 + 1)
+    assert h.run_ids() == ["run-000001"]
+    assert [e["run"] for e in events(h, "admitted")] == ["run-000001"]
+
+
+def test_a_database_locked_past_the_busy_timeout_is_said_in_words(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "store", busy_timeout=0.05)
+    holder = sqlite3.connect(store.db_path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable) as caught, store.atomic():
+            store.set_meta(probe="1")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    message = str(caught.value)
+    assert caught.value.kind == "locked"
+    assert f"the database {store.db_path} is held locked by another process" in message
+    assert "busy timeout (0.05s)" in message and f"fuser {store.db_path}" in message
+    assert "OperationalError" not in message and "sqlite" not in message.lower()
+    with store.atomic():  # usable again once the holder is gone
+        store.set_meta(probe="1")
+
+
+def test_a_log_over_max_log_bytes_keeps_its_tail_and_says_what_was_dropped(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"a" * 6000 + b"b" * 4000)
+    cap = _LogCap(str(tmp_path), 4096)
+    cap.check(0.0, final=True)
+    text = log.read_bytes()
+    first, rest = text.split(b"\n", 1)
+    assert first == b"[wfsched: 7952 bytes of earlier output dropped (max_log_bytes = 4096)]"
+    assert rest == b"b" * 2048  # the last half of the limit
+    assert log_truncation(log) == 7952
+    with open(log, "ab") as more:
+        more.write(b"c" * 5000)
+    cap.check(0.0, final=True)
+    assert log_truncation(log) == 7952 + len(text) + 5000 - 2048 - len(first) - 1
+    assert log.read_bytes().endswith(b"c" * 2048) and len(log.read_bytes()) <= 4096
+    assert log_truncation(tmp_path / "stderr.log") is None  # never written, never cut
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "words"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "/s/runs/x"), "disk-full", "free space"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded", "/s/runs/x"), "disk-full", "free space"),
+        (OSError(errno.EROFS, "Read-only file system", "/s/x"), "read-only", "remount"),
+        (OSError(errno.EIO, "Input/output error", "/s/x"), "io-error", "dmesg"),
+        (OSError(errno.EMFILE, "Too many open files"), "fd-limit", "LimitNOFILE="),
+        (SpawnRefused(errno.EAGAIN, "fork failed"), "process-limit", "TasksMax="),
+        (BlockingIOError(errno.EAGAIN, "would block"), None, ""),
+        (OSError(errno.ENOENT, "No such file or directory", "/s/x"), None, ""),
+    ],
+)
+def test_system_errors_become_fault_kinds_in_words(
+    error: OSError, kind: str | None, words: str
+) -> None:
+    fault = classify(error, Path("/s"))
+    if kind is None:
+        assert fault is None
+        return
+    assert fault is not None and fault.kind == kind
+    assert words in str(fault) and "Error" not in str(fault)

@@ -1,0 +1,156 @@
+"""Queries behind `wfsched store copy` (mixed into both stores).
+
+A copy moves every row of every table, keys included (run and ledger
+sequence numbers are the identities operators and the ledger refer to), in
+the order foreign keys need. Reading streams; writing goes in batches.
+`wfsched.storecopy` decides and owns the transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+from wfsched.store.connection import Connected
+
+COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "schedules",
+        (
+            "id",
+            "revision",
+            "definition",
+            "created_at",
+            "updated_at",
+            "paused",
+            "deleted_at",
+            "exhausted",
+            "blocked_reason",
+            "consumed_through",
+            "candidate_at",
+            "candidate_why",
+            "next_due",
+        ),
+    ),
+    ("revisions", ("schedule_id", "revision", "definition", "created_at", "watermark")),
+    (
+        "runs",
+        (
+            "seq",
+            "schedule_id",
+            "kind",
+            "scheduled_at",
+            "state",
+            "reason",
+            "exit_code",
+            "revision",
+            "invocation",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "attempt",
+        ),
+    ),
+    (
+        "attempts",
+        (
+            "run_seq",
+            "attempt",
+            "state",
+            "started_at",
+            "finished_at",
+            "exit_code",
+            "reason",
+            "shim_pid",
+            "shim_start_time",
+        ),
+    ),
+    (
+        "occurrences",
+        (
+            "seq",
+            "schedule_id",
+            "scheduled_at",
+            "last_at",
+            "count",
+            "summary",
+            "state",
+            "reason",
+            "revision",
+            "run_seq",
+            "recorded_at",
+            "ledger_pos",
+        ),
+    ),
+    (
+        "requests",
+        (
+            "seq",
+            "kind",
+            "schedule_id",
+            "run_seq",
+            "payload",
+            "created_at",
+            "state",
+            "result",
+            "handled_at",
+        ),
+    ),
+    ("meta", ("key", "value")),
+    (
+        "notifications",
+        (
+            "seq",
+            "schedule_id",
+            "run_seq",
+            "scheduled_at",
+            "attempt",
+            "state",
+            "reason",
+            "started_at",
+            "finished_at",
+        ),
+    ),
+    ("applied", ("schedule_id", "revision", "applied_at")),
+)
+"""Every table with every column, parents before children."""
+
+BATCH = 5000
+
+
+def batches(rows: Iterable[tuple[Any, ...]], size: int = BATCH) -> Iterator[list[tuple[Any, ...]]]:
+    iterator = iter(rows)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+class CopyQueries(Connected):
+    def is_empty(self) -> bool:
+        """No row in any table: the only kind of store a copy may write into."""
+        return all(
+            self._execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None
+            for table, _ in COPY_TABLES
+        )
+
+    def export_rows(self, table: str, columns: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+        """Every row of `table`, in key order, streamed."""
+        cursor = self._execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY 1, 2")
+        while rows := cursor.fetchmany(BATCH):
+            yield from (tuple(row) for row in rows)
+
+    def import_rows(
+        self, table: str, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]
+    ) -> int:
+        """Insert `rows` as they are (keys included); how many."""
+        marks = ", ".join("?" for _ in columns)
+        statement = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+        count = 0
+        for chunk in batches(rows):
+            self._execute_many(statement, chunk)
+            count += len(chunk)
+        return count
+
+    def after_import(self) -> None:
+        """Key generators past the copied keys (SQLite's AUTOINCREMENT follows
+        explicit keys by itself; PostgreSQL overrides this)."""

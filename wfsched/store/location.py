@@ -1,0 +1,137 @@
+"""Where a store is: a SQLite directory or a PostgreSQL URL, and how to show it.
+
+`--store`, `WFSCHED_STORE` and the default all end here. A value starting
+with `postgresql://` or `postgres://` is a PostgreSQL store in libpq's URL
+syntax (parsed by libpq itself through psycopg, never by hand); anything else
+is a path to a SQLite store directory.
+
+A PostgreSQL URL may carry a password, so it is never shown as given:
+`display` rebuilds it from its parts without the password, and every error
+about the store names the store by `display`. Passwords may also come from
+`PGPASSWORD` or `~/.pgpass`, which libpq reads itself.
+
+The local directory (`local_dir`) holds what stays on this host: for SQLite
+the store directory itself; for PostgreSQL a directory of its own under the
+local state directory, where the supervisor finds `config.toml` and keeps
+the run directories of the runs this host executes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from wfsched.errors import UsageError
+from wfsched.store.paths import default_store_path
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+INSTALL_HINT = "pip install 'wfsched[postgres]'"
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    kind: str
+    """"sqlite" or "postgresql"."""
+    path: Path | None
+    """The SQLite store directory (None for PostgreSQL)."""
+    conninfo: str | None
+    """The libpq connection string, password included (never shown)."""
+    display: str
+    """How the store is named in output and errors: the path, or the URL without password."""
+    local_dir: Path
+    """This host's directory for config.toml and run directories."""
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.kind == "postgresql"
+
+
+def is_postgres_url(text: str) -> bool:
+    return text.strip().lower().startswith(POSTGRES_SCHEMES)
+
+
+def resolve_store(option: str | os.PathLike[str] | None) -> StoreLocation:
+    """The store named by `--store`, else `$WFSCHED_STORE`, else the default path."""
+    chosen = str(option or os.environ.get("WFSCHED_STORE") or default_store_path())
+    if is_postgres_url(chosen):
+        return postgres_location(chosen.strip())
+    path = Path(os.path.realpath(os.path.expanduser(chosen)))
+    return StoreLocation("sqlite", path, None, str(path), path)
+
+
+def postgres_location(url: str) -> StoreLocation:
+    """Parse `url` with libpq's own parser; a malformed URL is a usage error
+    that does not repeat the URL (it may hold a password)."""
+    psycopg = require_psycopg()
+    if url.lower().startswith("postgres://"):
+        # libpq accepts both schemes; one spelling keeps the display stable.
+        url = "postgresql://" + url[len("postgres://") :]
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(
+            f"--store: not a valid PostgreSQL URL ({_without_secret(str(exc), url)});"
+            " expected postgresql://[user@][host][:port]/dbname[?param=value...]"
+        ) from None
+    parts.setdefault("application_name", "wfsched")
+    conninfo = psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in parts.items()})
+    return StoreLocation("postgresql", None, conninfo, display_url(parts), local_dir_for(parts))
+
+
+def local_dir_for(parts: dict[str, object]) -> Path:
+    """`<state dir>/postgresql/<dbname>@<host>:<port>`: one local directory per
+    PostgreSQL store, apart from the default SQLite store's and from each other."""
+    host = str(parts.get("host") or "local")
+    name = f"{parts.get('dbname') or 'default'}@{host}:{parts.get('port') or 5432}"
+    return default_store_path() / "postgresql" / name.replace("/", "_")
+
+
+def display_url(parts: dict[str, object]) -> str:
+    """`postgresql://user@host:port/dbname`, from the parsed parts, without the
+    password (the parts absent from the URL are left out, as libpq defaults them)."""
+    user = str(parts.get("user") or "")
+    host = str(parts.get("host") or "")
+    port = str(parts.get("port") or "")
+    dbname = str(parts.get("dbname") or "")
+    socket = host.startswith("/")
+    netloc = f"{user}@" if user else ""
+    if host and not socket:
+        netloc += host
+    if port:
+        netloc += f":{port}"
+    query = f"?host={host}" if socket else ""
+    return f"postgresql://{netloc}/{dbname}{query}"
+
+
+def _without_secret(message: str, url: str) -> str:
+    """libpq's message, with anything that could be the password removed."""
+    for secret in _secrets(url):
+        message = message.replace(secret, "***")
+    return " ".join(message.split())
+
+
+def _secrets(url: str) -> list[str]:
+    """Candidate passwords in a URL libpq could not parse (the userinfo's second part,
+    and any password= parameter)."""
+    found = []
+    rest = url.split("://", 1)[-1]
+    userinfo = rest.split("@", 1)[0] if "@" in rest else ""
+    if ":" in userinfo:
+        found.append(userinfo.split(":", 1)[1])
+    for chunk in url.replace("?", "&").split("&"):
+        if chunk.lower().startswith("password="):
+            found.append(chunk.split("=", 1)[1])
+    return [secret for secret in found if secret]
+
+
+def require_psycopg():  # type: ignore[no-untyped-def]
+    """psycopg, or one clear usage error (exit 2) naming the extra that installs it."""
+    try:
+        import psycopg
+        import psycopg.conninfo
+    except ImportError:
+        raise UsageError(
+            f"a PostgreSQL store needs the PostgreSQL driver; install it with {INSTALL_HINT}"
+        ) from None
+    return psycopg

@@ -1,0 +1,376 @@
+"""The PostgreSQL store: the `Store` interface over one PostgreSQL database.
+
+It runs the very statements of the SQLite store (inherited from
+`SQLiteStore`: they are written in the SQL both engines share), through
+psycopg with `wfsched.store.pg_dialect.POSTGRES` translating what differs.
+What is PostgreSQL's own lives here: the connection, transactions,
+migrations, the schema audit and the supervisor's ownership lock.
+
+Isolation and locking (why section 4's rules hold with concurrent writers):
+every write transaction is READ COMMITTED and takes one transaction-scoped
+advisory lock (`pg_advisory_xact_lock`) as its first statement, released by
+COMMIT or ROLLBACK. Write transactions therefore run one at a time, exactly
+as SQLite's `BEGIN IMMEDIATE` makes them, and since READ COMMITTED takes a
+fresh snapshot per statement, every statement after the lock sees every
+transaction committed before it: an admission, an edit's revision check or
+a watermark change can never act on a stale read, and no serialization
+failure or retry loop exists. Reads (`snapshot()`) are REPEATABLE READ READ
+ONLY: one consistent state, no lock taken, never blocking a writer. The
+unique occurrence key, the one-run-per-row key and the monotone watermark
+are enforced by the database (unique indexes and a trigger), not by this
+code.
+
+A lost connection becomes `StoreConnectionLost`: one line naming the store by
+its URL without password, never the driver's exception class.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+from wfsched.errors import ConflictError, NotFoundError, StoreConnectionLost, StoreError
+from wfsched.store.audit import normalize_sql
+from wfsched.store.copying import BATCH
+from wfsched.store.core import LOCK_NAME, RUNS_DIR, SQLiteStore
+from wfsched.store.location import StoreLocation
+from wfsched.store.pg_dialect import POSTGRES
+from wfsched.store.rows import SchemaProblem
+
+LOCK_CLASS = 0x77667363
+"""First key of wfsched's advisory locks (ASCII 'wfsc'); advisory locks are per database."""
+WRITE_LOCK = 1
+"""Second key: the transaction lock every write transaction takes first."""
+OWNER_LOCK = 2
+"""Second key: the session lock a supervisor holds for its whole life."""
+CONNECT_TIMEOUT = 10
+
+
+class NoStore(NotFoundError):
+    """The database holds no wfsched schema yet (reading commands create nothing)."""
+
+
+@lru_cache(maxsize=512)
+def _translated(statement: str) -> str:
+    return POSTGRES.sql(statement)
+
+
+def _adapt(value: Any) -> Any:
+    # Flags are 0/1 integers in both schemas; psycopg would send a bool as boolean.
+    return int(value) if isinstance(value, bool) else value
+
+
+class PostgresStore(SQLiteStore):
+    """A PostgreSQL database holding one store; run directories on this host."""
+
+    dialect = POSTGRES  # type: ignore[assignment]
+    _conn: psycopg.Connection[Any]  # type: ignore[assignment]
+
+    def __init__(
+        self, location: StoreLocation, *, create: bool = True, runs_dir: Path | None = None
+    ) -> None:
+        assert location.conninfo is not None
+        self.location = location
+        self.display = location.display
+        self.root = location.local_dir
+        self.db_path = self.root
+        self.lock_path = self.root / LOCK_NAME
+        self.runs_dir = runs_dir or self.root / RUNS_DIR
+        self._savepoints = itertools.count(1)
+        self._owner = False
+        self._conn = self._connect()
+        try:
+            if not create and self.schema_version == 0:
+                raise NoStore(f"no store at {self.display} (the database holds no wfsched schema)")
+            self._migrate()
+            if create:
+                # This host's side of the store, private like a SQLite store's directory.
+                self.runs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- connection --------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:  # type: ignore[override]
+        try:
+            return psycopg.connect(
+                self.location.conninfo or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT
+            )
+        except psycopg.Error as exc:
+            raise StoreConnectionLost(
+                f"cannot connect to store {self.display}: {self._scrub(exc)}"
+            ) from None
+
+    def reconnect(self) -> None:
+        """A new connection after a lost one (the supervisor's outage handling).
+
+        The ownership lock died with the old session: an owner takes it again
+        before anything else, and if another supervisor holds it by now, that
+        is a ConflictError (this one must stop)."""
+        with suppress(psycopg.Error):
+            self._conn.close()
+        self._conn = self._connect()
+        if self._owner:
+            self.take_ownership()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _scrub(self, exc: BaseException) -> str:
+        """The server's or libpq's message on one line, never holding the password."""
+        text = " ".join(str(exc).split()) or "connection failed"
+        password = psycopg.conninfo.conninfo_to_dict(self.location.conninfo or "").get("password")
+        if password:
+            text = text.replace(str(password), "***")
+        return text
+
+    def _failed(self, exc: psycopg.Error) -> StoreError:
+        """A driver error as the store's own: a lost or refused connection is
+        StoreConnectionLost; any other server error one line naming the store.
+        Integrity errors are not translated: they are the database refusing a
+        write, and propagate as such (as SQLite's do)."""
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreConnectionLost(f"store {self.display}: connection lost: {self._scrub(exc)}")
+        return StoreError(f"store {self.display}: {self._scrub(exc)}")
+
+    def _execute(self, statement: str, params: Sequence[Any] = ()) -> Any:
+        try:
+            return self._conn.execute(
+                _translated(statement),  # type: ignore[arg-type]
+                [_adapt(value) for value in params],
+            )
+        except psycopg.IntegrityError:
+            raise
+        except psycopg.Error as exc:
+            raise self._failed(exc) from exc
+
+    def _execute_many(self, statement: str, rows: Sequence[Sequence[Any]]) -> Any:
+        cursor = self._conn.cursor()
+        try:
+            cursor.executemany(
+                _translated(statement),  # type: ignore[arg-type]
+                [[_adapt(value) for value in row] for row in rows],
+            )
+        except psycopg.IntegrityError:
+            raise
+        except psycopg.Error as exc:
+            raise self._failed(exc) from exc
+        return cursor
+
+    def _raw(self, statement: str) -> None:
+        try:
+            self._conn.execute(statement)  # type: ignore[arg-type]
+        except psycopg.IntegrityError:
+            raise
+        except psycopg.Error as exc:
+            raise self._failed(exc) from exc
+
+    def _in_transaction(self) -> bool:
+        return self._conn.info.transaction_status != pq.TransactionStatus.IDLE
+
+    # -- transactions ------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One write transaction, serialized with every other writer by the
+        write lock; nested calls become savepoints. A failing rollback never
+        hides the error that caused it; a COMMIT that fails is an error (its
+        outcome unknown), never reported as done."""
+        if self._in_transaction():
+            name = f"sp{next(self._savepoints)}"
+            self._raw(f"SAVEPOINT {name}")
+            try:
+                yield
+            except BaseException:
+                with suppress(psycopg.Error, StoreError):
+                    self._raw(f"ROLLBACK TO SAVEPOINT {name}")
+                    self._raw(f"RELEASE SAVEPOINT {name}")
+                raise
+            self._raw(f"RELEASE SAVEPOINT {name}")
+            return
+        self._raw(self.dialect.begin_write())
+        try:
+            self._raw(f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {WRITE_LOCK})")
+            yield
+        except BaseException:
+            with suppress(psycopg.Error, StoreError):
+                self._raw("ROLLBACK")
+            raise
+        self._raw("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction (REPEATABLE READ): multi-statement reads see one state."""
+        if self._in_transaction():
+            yield
+            return
+        self._raw("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            yield
+        finally:
+            if self._conn.info.transaction_status != pq.TransactionStatus.UNKNOWN:
+                self._raw("COMMIT")
+
+    @contextmanager
+    def audit_snapshot(self) -> Iterator[None]:
+        try:
+            with self.snapshot():
+                yield
+        except psycopg.DatabaseError as exc:
+            raise StoreError(f"cannot audit the store {self.display}: {self._scrub(exc)}") from None
+
+    def touch_meta(self, **values: str) -> None:
+        """The liveness stamp without waiting for the WAL flush (see SQLiteStore)."""
+        with self.atomic():
+            self._raw("SET LOCAL synchronous_commit = off")
+            self.set_meta(**values)
+
+    # -- schema --------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        """0 before the first migration (no version table yet)."""
+        # A scan of pg_class with the statement's snapshot, not to_regclass():
+        # the name cache can still hold "no such table" from before another
+        # session's migration committed, which would make this one migrate again.
+        row = self._execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relname = 'schema_version'"
+            " AND relnamespace = current_schema()::regnamespace)"
+        ).fetchone()
+        if not row[0]:
+            return 0
+        return int(self._execute(self.dialect.get_schema_version()).fetchone()[0])
+
+    def _migrate(self) -> None:
+        """Every migration above the stored version, with its version, in one
+        transaction under the write lock (two first opens cannot both migrate)."""
+        migrations = sorted(self.dialect.migrations)
+        latest = migrations[-1][0]
+        version = self.schema_version
+        if version > latest:
+            raise StoreError(
+                f"{self.display}: schema version {version} is newer than this wfsched"
+                f" understands ({latest}); upgrade wfsched to use this store"
+            )
+        if version == latest:
+            return
+        with self.atomic():
+            version = self.schema_version
+            for number, _why, statements in migrations:
+                if number <= version:
+                    continue
+                for statement in statements:
+                    self._raw(statement)
+                self._raw(self.dialect.set_schema_version(number))
+
+    def schema_problems(self) -> list[SchemaProblem]:
+        """Compare the catalogue with what the migrations build on this server,
+        in a scratch schema of a second connection that is rolled back."""
+        present = {
+            (kind, name): normalize_sql(sql)
+            for kind, name, sql in self._execute(self.dialect.schema_objects())
+        }
+        problems = []
+        for (kind, name), sql in sorted(self._expected_schema().items()):
+            found = present.get((kind, name))
+            if found != normalize_sql(sql):
+                problems.append(SchemaProblem(kind, name, found))
+        return problems
+
+    def _expected_schema(self) -> dict[tuple[str, str], str]:
+        try:
+            with psycopg.connect(
+                self.location.conninfo or "", connect_timeout=CONNECT_TIMEOUT
+            ) as scratch:
+                scratch.execute("CREATE SCHEMA wfsched_expected")
+                scratch.execute("SET LOCAL search_path TO wfsched_expected")
+                for _number, _why, statements in self.dialect.migrations:
+                    for statement in statements:
+                        scratch.execute(statement)  # type: ignore[arg-type]
+                rows = scratch.execute(self.dialect.schema_objects()).fetchall()  # type: ignore[arg-type]
+                scratch.rollback()
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot audit the schema of {self.display}: {self._scrub(exc)}"
+                " (the audit builds the expected schema in a scratch schema it rolls back;"
+                " the role needs CREATE on the database)"
+            ) from None
+        return {(kind, name): sql for kind, name, sql in rows}
+
+    # -- `wfsched store copy` -------------------------------------------------------
+
+    def export_rows(self, table: str, columns: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+        """Streamed through a server-side cursor (inside the caller's snapshot),
+        so a million ledger rows never sit in memory at once."""
+        cursor = self._conn.cursor(name=f"export_{table}")
+        try:
+            cursor.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY 1, 2")  # type: ignore[arg-type]
+            while rows := cursor.fetchmany(BATCH):
+                yield from (tuple(row) for row in rows)
+        except psycopg.Error as exc:
+            raise self._failed(exc) from exc
+        finally:
+            with suppress(psycopg.Error):
+                cursor.close()
+
+    def import_rows(
+        self, table: str, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]
+    ) -> int:
+        """PostgreSQL's COPY: the bulk path, one round trip per buffer, not per row."""
+        count = 0
+        try:
+            with self._conn.cursor().copy(
+                f"COPY {table} ({', '.join(columns)}) FROM STDIN"  # type: ignore[arg-type]
+            ) as copy:
+                for row in rows:
+                    copy.write_row([_adapt(value) for value in row])
+                    count += 1
+        except psycopg.IntegrityError:
+            raise
+        except psycopg.Error as exc:
+            raise self._failed(exc) from exc
+        return count
+
+    def after_import(self) -> None:
+        """Identity sequences continue after the copied keys."""
+        for table in ("runs", "occurrences", "requests", "notifications"):
+            # is_called: the copied maximum counts as handed out, as it was.
+            self._raw(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'seq'), MAX(seq))"
+                f" FROM {table} HAVING MAX(seq) IS NOT NULL"
+            )
+
+    # -- the supervisor's ownership --------------------------------------------------
+
+    def take_ownership(self) -> None:
+        """The session advisory lock a supervisor holds while it runs (the
+        server drops it with the connection); ConflictError if another holds it."""
+        row = self._execute(f"SELECT pg_try_advisory_lock({LOCK_CLASS}, {OWNER_LOCK})").fetchone()
+        if not row[0]:
+            pid = self.supervisor_pid()
+            who = f" (pid {pid})" if pid else ""
+            raise ConflictError(
+                f"{self.display}: another supervisor{who} owns this store;"
+                " stop it first or use another --store"
+            )
+        self._owner = True
+
+    def supervisor_pid(self) -> int | None:
+        """The owning supervisor's pid (as it recorded it), or None if no one owns the store."""
+        row = self._execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            f" AND classid = {LOCK_CLASS} AND objid = {OWNER_LOCK} AND objsubid = 2"
+        ).fetchone()
+        if row is None:
+            return None
+        pid = self.get_meta("pid")
+        return int(pid) if pid and pid.isdigit() else 0
