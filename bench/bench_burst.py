@@ -46,8 +46,8 @@ from common import (
     write_definitions,
 )
 
+from wfsched.domain.timeutil import parse_instant
 from wfsched.store import SQLiteStore
-from wfsched.timeutil import parse_instant
 
 TARGETS = {100: 0.5, 1000: 5.0}
 

@@ -44,12 +44,12 @@ from common import (
     wait_for,
 )
 
-from wfsched.admin import Admin
-from wfsched.config import SupervisorConfig
-from wfsched.definition import parse_definition
+from wfsched.api.admin import Admin
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.definition import parse_definition
+from wfsched.domain.timeutil import format_instant
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor
-from wfsched.timeutil import format_instant
 
 YEAR = 365 * 86400
 
@@ -146,7 +146,7 @@ def real_supervisor(misfire: str, years: float, keep: bool) -> tuple[float | Non
 
 
 def _event_seconds(text: str) -> float:
-    from wfsched.timeutil import parse_instant
+    from wfsched.domain.timeutil import parse_instant
 
     return parse_instant(text[:19] + "Z") + float(text[19:-1] or 0)
 

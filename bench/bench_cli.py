@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from wfsched.admin import Admin
-from wfsched.definition import parse_definition
-from wfsched.paging import encode_cursor
+from wfsched.api.admin import Admin
+from wfsched.api.paging import encode_cursor
+from wfsched.domain.definition import parse_definition
 from wfsched.store import SQLiteStore
 
 DEFINITION = """\

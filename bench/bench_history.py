@@ -53,16 +53,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes import Clock, FakeControl  # noqa: E402
-from wfsched.admin import Admin  # noqa: E402
-from wfsched.config import SupervisorConfig  # noqa: E402
-from wfsched.definition import parse_definition  # noqa: E402
-from wfsched.paging import encode_cursor  # noqa: E402
-from wfsched.retention import PruneReport, prune  # noqa: E402
-from wfsched.rundirs import RunDir  # noqa: E402
-from wfsched.runs import Runs  # noqa: E402
+from wfsched.api.admin import Admin  # noqa: E402
+from wfsched.api.paging import encode_cursor  # noqa: E402
+from wfsched.api.retention import PruneReport, prune  # noqa: E402
+from wfsched.api.run_ops import Runs  # noqa: E402
+from wfsched.daemon.supervisor import Supervisor  # noqa: E402
+from wfsched.domain.config import SupervisorConfig  # noqa: E402
+from wfsched.domain.definition import parse_definition  # noqa: E402
+from wfsched.domain.timeutil import parse_duration  # noqa: E402
 from wfsched.store import SQLiteStore, run_id  # noqa: E402
-from wfsched.supervisor import Supervisor  # noqa: E402
-from wfsched.timeutil import parse_duration  # noqa: E402
+from wfsched.store.rundirs import RunDir  # noqa: E402
 
 MINUTE = 60
 DAY = 86400

@@ -59,11 +59,11 @@ from common import (
     write_definitions,
 )
 
-from wfsched.admin import Admin
-from wfsched.config import SupervisorConfig
-from wfsched.definition import parse_definition
+from wfsched.api.admin import Admin
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.definition import parse_definition
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor
 
 
 def create_schedules(store_dir: Path, defs: Path, n: int, cron: str, method: str) -> float:

@@ -51,7 +51,7 @@ from common import (
     write_definitions,
 )
 
-from wfsched.launcher import read_exit_record
+from wfsched.process.launcher import read_exit_record
 from wfsched.store import open_location, resolve_store
 
 

@@ -41,13 +41,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from wfsched.launcher import Launcher, LaunchSpec, read_exit_record
+from wfsched.process.launcher import Launcher, LaunchSpec, read_exit_record
 
 # What a per-run interpreter shim would minimally do: import the launcher and
 # run the command with its logs redirected.
 FRESH_SHIM = """
 import os, subprocess, sys
-import wfsched.launcher
+import wfsched.process.launcher
 with open(os.path.join(sys.argv[1], "stdout.log"), "ab") as out:
     subprocess.run(["date", "+%s.%N"], stdout=out, stdin=subprocess.DEVNULL, check=False)
 """
@@ -272,7 +272,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.bare:
-        for module in ("wfsched.cli.main", "wfsched.store", "wfsched.supervisor"):
+        for module in ("wfsched.cli.main", "wfsched.store", "wfsched.daemon.supervisor"):
             importlib.import_module(module)
     print(f"this process: {_rss_kib(os.getpid()) / 1024:.1f} MiB resident")
     with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as tmp:

@@ -28,7 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle, read_exit_record, read_shim_record
+from wfsched.process.launcher import (
+    ExitRecord,
+    LaunchSpec,
+    ShimHandle,
+    read_exit_record,
+    read_shim_record,
+)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -50,7 +50,7 @@ def store_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WFSCHED_STORE", str(path))
     # The default location must never be the real ~/.local/state/wfsched.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
-    # A supervisor's fault file (wfsched.runtime) never lands in the host's /run.
+    # A supervisor's fault file (wfsched.store.runtime_file) never lands in the host's /run.
     monkeypatch.setenv("WFSCHED_RUNTIME_DIR", str(tmp_path / "runtime"))
     for name in ("VISUAL", "EDITOR", "_WFSCHED_COMPLETE", "COLUMNS"):
         monkeypatch.delenv(name, raising=False)

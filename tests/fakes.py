@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wfsched import launcher
-from wfsched.launcher import ExitRecord, LaunchSpec, ShimHandle
+from wfsched.process import launcher
+from wfsched.process.launcher import ExitRecord, LaunchSpec, ShimHandle
 
 
 class Clock:

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from tests.pgserver import integrity_errors
-from wfsched.admin import Admin
-from wfsched.calendar import OneShotCalendar
-from wfsched.decisions import ScheduleView, decide
-from wfsched.definition import parse_definition
+from wfsched.api.admin import Admin
+from wfsched.api.paging import encode_cursor
+from wfsched.domain.calendar import OneShotCalendar
+from wfsched.domain.decisions import ScheduleView, decide
+from wfsched.domain.definition import parse_definition
+from wfsched.domain.model import Definition
+from wfsched.domain.timeutil import format_instant
 from wfsched.errors import ConflictError, UsageError
-from wfsched.model import Definition
-from wfsched.paging import encode_cursor
 from wfsched.store import OccurrenceRow, ScheduleRow, Store
-from wfsched.timeutil import format_instant
 
 T0 = 1_796_083_200  # 2026-12-01T00:00:00Z
 MIN = 60

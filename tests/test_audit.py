@@ -24,13 +24,13 @@ import pytest
 from conftest import CliRun
 
 from tests.fakes import Clock, FakeControl
-from wfsched.admin import Admin
-from wfsched.audit import CHECKS, audit
-from wfsched.config import SupervisorConfig
-from wfsched.definition import parse_definition
-from wfsched.runs import Runs
+from wfsched.api.admin import Admin
+from wfsched.api.audit_checks import CHECKS, audit
+from wfsched.api.run_ops import Runs
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.definition import parse_definition
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60
@@ -585,7 +585,7 @@ def test_a_revision_without_a_stored_watermark_falls_back_to_the_old_bound(
 def test_pruned_history_still_audits_clean(run_cli: CliRun, copy: Path) -> None:
     """Retention replaces finished runs and old rows with `pruned` summary
     rows, removes their directories, and the ledger stays a complete account."""
-    from wfsched.retention import prune
+    from wfsched.api.retention import prune
 
     store = SQLiteStore(copy)
     try:

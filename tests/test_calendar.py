@@ -22,8 +22,8 @@ from croniter import CroniterBadCronError, croniter
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from wfsched import calendar
-from wfsched.calendar import (
+from wfsched.domain import calendar
+from wfsched.domain.calendar import (
     CronCalendar,
     OneShotCalendar,
     calendar_for,
@@ -32,8 +32,8 @@ from wfsched.calendar import (
     load_zone,
     normalize_cron,
 )
+from wfsched.domain.model import CronTrigger, OneShotTrigger
 from wfsched.errors import CalendarError, CalendarExhausted
-from wfsched.model import CronTrigger, OneShotTrigger
 
 NY = "America/New_York"
 BERLIN = "Europe/Berlin"

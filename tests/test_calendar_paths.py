@@ -21,13 +21,13 @@ from pathlib import Path
 from conftest import CliRun
 
 from tests.fakes import Clock, FakeControl
-from wfsched.admin import Admin
-from wfsched.calendar import CronCalendar
-from wfsched.config import SupervisorConfig
-from wfsched.decisions import SCAN_CAP, Span, span_between
-from wfsched.definition import parse_definition
+from wfsched.api.admin import Admin
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.calendar import CronCalendar
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.decisions import SCAN_CAP, Span, span_between
+from wfsched.domain.definition import parse_definition
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
 NY = "America/New_York"
@@ -50,7 +50,7 @@ def test_only_the_adapter_imports_croniter() -> None:
         for path in (ROOT / "wfsched").rglob("*.py")
         if re.search(r"(?m)^\s*(from|import)\s+croniter\b", path.read_text(encoding="utf-8"))
     )
-    assert importers == ["wfsched/calendar.py"]
+    assert importers == ["wfsched/domain/calendar.py"]
 
 
 def test_catch_up_span_counts_both_passes_of_a_fold() -> None:

@@ -14,8 +14,8 @@ import pytest
 from conftest import CLI_NOW, CliRun, definition_text, wfsched_executable
 
 from wfsched.cli.main import cli
+from wfsched.domain.timeutil import format_instant
 from wfsched.store import ScheduleRow, SQLiteStore, Store, open_location, resolve_store
-from wfsched.timeutil import format_instant
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -106,7 +106,7 @@ def take_ownership(store_path: Path) -> Callable[[], None]:
         assert store is not None
         store.take_ownership()  # type: ignore[attr-defined]
         return store.close
-    from wfsched.ownership import Ownership
+    from wfsched.store.ownership import Ownership
 
     owner = Ownership(store_path / "supervisor.lock")
     owner.acquire()

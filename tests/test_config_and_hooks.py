@@ -9,10 +9,10 @@ import pytest
 
 from tests.daemon import Daemon, wait_for, wfsched, wfsched_json, write_definition
 from tests.test_supervisor_loop import T0, Harness
-from wfsched.config import SupervisorConfig, load_config
-from wfsched.definition import parse_definition
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.config import SupervisorConfig, load_config
+from wfsched.domain.definition import parse_definition
 from wfsched.errors import DefinitionError
-from wfsched.supervisor import Supervisor
 
 
 class TestConfig:

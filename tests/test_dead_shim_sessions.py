@@ -15,8 +15,8 @@ from pathlib import Path
 from tests.daemon import wait_for
 from tests.fakes import FakeControl
 from tests.test_supervisor_loop import T0, Harness
-from wfsched import launcher
-from wfsched.launcher import ShimHandle
+from wfsched.process import launcher
+from wfsched.process.launcher import ShimHandle
 
 
 class ProcControl(FakeControl):

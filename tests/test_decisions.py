@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wfsched.calendar import CronCalendar, OneShotCalendar, normalize_cron
-from wfsched.decisions import (
+from wfsched.domain.calendar import CronCalendar, OneShotCalendar, normalize_cron
+from wfsched.domain.decisions import (
     SCAN_CAP,
     Candidate,
     Decision,

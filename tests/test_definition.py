@@ -15,16 +15,16 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wfsched.definition import (
+from wfsched.domain.definition import (
     canonical_json,
     definition_from_document,
     load_definition_file,
     parse_definition,
     to_toml,
 )
+from wfsched.domain.model import CronTrigger, Definition, OneShotTrigger
+from wfsched.domain.timeutil import MAX_DURATION, MAX_INSTANT, MIN_INSTANT
 from wfsched.errors import DefinitionError
-from wfsched.model import CronTrigger, Definition, OneShotTrigger
-from wfsched.timeutil import MAX_DURATION, MAX_INSTANT, MIN_INSTANT
 
 SOURCE = "report.toml"
 NOW = 1_796_083_200  # 2026-12-01T00:00:00Z

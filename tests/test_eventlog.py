@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 from tests.test_supervisor_loop import T0, Harness, iso
-from wfsched.eventlog import EventLog
+from wfsched.daemon.eventlog import EventLog
 
 
 class BrokenPipe(io.StringIO):

@@ -19,16 +19,16 @@ from typing import Any
 import pytest
 
 from tests.test_supervisor_loop import T0, Harness, iso
+from wfsched.api.status import status
+from wfsched.daemon.supervisor import Supervisor, SupervisorConfig
+from wfsched.domain.tickerrors import FAULT_BACKOFF_FIRST, FAULT_BACKOFF_MAX
 from wfsched.errors import StoreUnavailable
 from wfsched.faults import InjectedFault
-from wfsched.launcher import SpawnRefused, _LogCap
-from wfsched.resources import classify
-from wfsched.rundirs import log_truncation
-from wfsched.runtime import read_fault
-from wfsched.status import status
+from wfsched.process.launcher import SpawnRefused, _LogCap
 from wfsched.store import open_store
-from wfsched.supervisor import Supervisor, SupervisorConfig
-from wfsched.tickerrors import FAULT_BACKOFF_FIRST, FAULT_BACKOFF_MAX
+from wfsched.store.resource_faults import classify
+from wfsched.store.rundirs import log_truncation
+from wfsched.store.runtime_file import read_fault
 
 
 class Notes:

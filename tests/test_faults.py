@@ -404,7 +404,7 @@ def test_launcher_killed_at_each_boundary_runs_the_job_exactly_once(
 def test_launcher_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(
     tmp_path: Path,
 ) -> None:
-    from wfsched.runs import Runs
+    from wfsched.api.run_ops import Runs
     from wfsched.store import SQLiteStore
 
     store = tmp_path / "store"

@@ -215,7 +215,7 @@ def test_status_reports_no_launcher_without_a_supervisor(store: Path, tmp_path: 
 
 
 def test_an_early_stop_caught_for_another_command_is_delivered_when_it_turns_out_so() -> None:
-    from wfsched import early_stop
+    from wfsched.daemon import early_stop
 
     received: list[int] = []
     previous = signal.signal(signal.SIGHUP, lambda n, _f: received.append(n))

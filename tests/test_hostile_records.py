@@ -23,9 +23,9 @@ import pytest
 
 from tests.fakes import FakeControl, write_exit_record
 from tests.test_supervisor_loop import MINUTE, T0, Harness
-from wfsched.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
-from wfsched.status import status
-from wfsched.supervisor import ABANDONED, NEVER_STARTED
+from wfsched.api.status import status
+from wfsched.daemon.supervisor import ABANDONED, NEVER_STARTED
+from wfsched.process.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
 
 
 @pytest.fixture
@@ -346,7 +346,7 @@ def _raise_once(original):  # type: ignore[no-untyped-def]
 
 
 def test_the_calendar_cache_keeps_only_current_revisions(h: Harness) -> None:
-    from wfsched.definition import parse_definition
+    from wfsched.domain.definition import parse_definition
 
     h.define("a")
     h.tick_at(T0)

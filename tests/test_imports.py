@@ -82,8 +82,12 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_has_no_import_cycle() -> None:
     graph = import_graph()
-    assert "wfsched.supervisor" in graph["wfsched.cli.supervise"], "the graph sees lazy imports"
-    assert "wfsched.calendar" in graph["wfsched.admin"], "the graph sees TYPE_CHECKING imports"
+    assert "wfsched.daemon.supervisor" in graph["wfsched.cli.supervise"], (
+        "the graph sees lazy imports"
+    )
+    assert "wfsched.domain.calendar" in graph["wfsched.api.admin"], (
+        "the graph sees TYPE_CHECKING imports"
+    )
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -93,8 +97,8 @@ def test_the_daemon_imports_neither_the_operator_api_nor_a_process_adapter() -> 
     the operator API (both in views) instead of importing `Admin`; process
     control is the launcher's own protocol."""
     graph = import_graph()
-    assert "wfsched.admin" not in graph["wfsched.supervisor"]
-    assert "wfsched.launcher" in graph["wfsched.supervisor"]
+    assert "wfsched.api.admin" not in graph["wfsched.daemon.supervisor"]
+    assert "wfsched.process.launcher" in graph["wfsched.daemon.supervisor"]
 
 
 def test_the_cycle_finder_finds_a_cycle_behind_type_checking() -> None:
@@ -146,14 +150,14 @@ def test_config_and_status_import_without_the_supervisor(tmp_path: Path) -> None
         """
         import sys
         from pathlib import Path
-        import wfsched.config, wfsched.status
+        import wfsched.domain.config, wfsched.api.status
         # Validating a listen address must not pull in the metrics server.
-        config = wfsched.config.load_config(Path(sys.argv[1]), {"metrics_listen": "9464"})
+        config = wfsched.domain.config.load_config(Path(sys.argv[1]), {"metrics_listen": "9464"})
         assert config.metrics_listen == "127.0.0.1:9464", config
         heavy = (
-            "wfsched.supervisor",
-            "wfsched.metrics_server",
-            "wfsched.calendar",
+            "wfsched.daemon.supervisor",
+            "wfsched.daemon.metrics_server",
+            "wfsched.domain.calendar",
             "croniter",
         )
         loaded = sorted(m for m in heavy if m in sys.modules)

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wfsched.errors import DefinitionError
-from wfsched.inputs import (
+from wfsched.domain.inputs import (
     MAX_BINDINGS,
     MAX_DEPTH,
     MAX_INPUT_BYTES,
@@ -23,6 +22,7 @@ from wfsched.inputs import (
     sample_input,
     validate_bindings,
 )
+from wfsched.errors import DefinitionError
 
 SOURCE = "report.toml"
 OCCURRENCE = {

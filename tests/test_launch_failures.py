@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_supervisor_loop import MINUTE, T0, Harness
+from wfsched.daemon.supervisor import LOST_LAUNCH_TRIES, REQUEST_TRIES, Supervisor, SupervisorConfig
 from wfsched.faults import InjectedFault
-from wfsched.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
-from wfsched.supervisor import LOST_LAUNCH_TRIES, REQUEST_TRIES, Supervisor, SupervisorConfig
+from wfsched.process.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
 
 
 def _with_fault(h: Harness, point: str) -> list[str]:
@@ -203,7 +203,7 @@ def test_one_run_that_cannot_be_prepared_never_stalls_the_others(
     h = Harness(tmp_path / "store")
     h.define("a", cron="0 * * * *")
     h.define("b", cron="0 * * * *")
-    from wfsched import rundirs
+    from wfsched.store import rundirs
 
     real = rundirs.RunDir.prepare
 

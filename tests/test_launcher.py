@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import pytest
 
-from wfsched.launcher import (
+from wfsched.process.launcher import (
     AlreadyLaunched,
     ExitRecord,
     Launcher,
@@ -594,7 +594,7 @@ def test_a_server_that_cannot_start_is_a_launcher_error(
     fds_before = sorted(os.listdir("/proc/self/fd"))
     launcher = Launcher()
     monkeypatch.setattr(
-        "wfsched.launcher._server_argv",
+        "wfsched.process.launcher._server_argv",
         lambda *fds: [sys.executable, "-c", "import sys; sys.exit(3)"],
     )
     with pytest.raises(LauncherError, match="did not start: it exited with status 3"):
@@ -617,7 +617,7 @@ def test_server_finds_the_package_without_site(tmp_path: Path) -> None:
     driver = textwrap.dedent(
         """
         import os, sys, time
-        from wfsched.launcher import Launcher, LaunchSpec, read_exit_record
+        from wfsched.process.launcher import Launcher, LaunchSpec, read_exit_record
         os.mkdir("attempt-1")
         with Launcher() as launcher:
             launcher.spawn(LaunchSpec(
@@ -648,7 +648,7 @@ DRIVER = textwrap.dedent(
     """
     import json, os, signal, sys
     from filelock import FileLock
-    from wfsched.launcher import Launcher, LaunchSpec
+    from wfsched.process.launcher import Launcher, LaunchSpec
 
     work, order = sys.argv[1], sys.argv[2]
     lock = FileLock(os.path.join(work, "supervisor.lock"), timeout=0)

@@ -14,15 +14,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes import Clock, FakeControl
-from wfsched.admin import Admin
-from wfsched.config import Listen, SupervisorConfig, parse_listen
-from wfsched.definition import parse_definition
+from wfsched.api.admin import Admin
+from wfsched.daemon.metrics import Metrics, Snapshot, health, reason_label
+from wfsched.daemon.metrics_render import Renderer
+from wfsched.daemon.metrics_server import MetricsServer
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.config import Listen, SupervisorConfig, parse_listen
+from wfsched.domain.definition import parse_definition
 from wfsched.errors import UsageError
-from wfsched.metrics import Metrics, Snapshot, health, reason_label
-from wfsched.metrics_render import Renderer
-from wfsched.metrics_server import MetricsServer
 from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60
@@ -340,8 +340,8 @@ def test_ipv6_loopback_listens_where_the_host_has_it() -> None:
 
 
 def test_published_families_name_their_changed_keys_and_fall_back_when_far_behind() -> None:
-    from wfsched.metrics import HISTORY, _Family
-    from wfsched.metrics_render import _gauge, _Keyed
+    from wfsched.daemon.metrics import HISTORY, _Family
+    from wfsched.daemon.metrics_render import _gauge, _Keyed
 
     family = _Family()
     family.set("a", 1.0)

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
-from wfsched.metrics import reason_label
+from wfsched.daemon.metrics import reason_label
 
 
 @pytest.fixture

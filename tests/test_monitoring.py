@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from wfsched.metrics import (
+from wfsched.daemon.metrics import (
     DURATION_BUCKETS,
     LATENCY_BUCKETS,
     SCHEDULE_GAUGES,
@@ -26,7 +26,7 @@ from wfsched.metrics import (
     Published,
     Snapshot,
 )
-from wfsched.metrics_render import Renderer
+from wfsched.daemon.metrics_render import Renderer
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 TARGET_LABELS = {"job", "instance"}

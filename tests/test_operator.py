@@ -13,7 +13,7 @@ import pytest
 from conftest import CliRun, definition_text
 
 from tests.test_supervisor_loop import T0, Harness
-from wfsched.definition import parse_definition
+from wfsched.domain.definition import parse_definition
 
 ONE_SHOT = """\
 id = "once"
@@ -171,7 +171,7 @@ def test_supervise_rejects_a_malformed_duration_naming_the_flag(
 
 def test_supervise_duration_flags_reach_the_config(store_path: Path) -> None:
     from wfsched.cli.params import Duration
-    from wfsched.config import load_config
+    from wfsched.domain.config import load_config
 
     parse = Duration().convert
     config = load_config(
@@ -698,7 +698,7 @@ def test_an_error_line_escapes_control_characters(run_cli: CliRun, tmp_path: Pat
 def test_the_human_event_log_escapes_control_characters() -> None:
     import io
 
-    from wfsched.eventlog import EventLog
+    from wfsched.daemon.eventlog import EventLog
 
     stream = io.StringIO()
     EventLog("human", stream=stream, clock=lambda: 0.0)(
@@ -740,7 +740,7 @@ def test_a_real_supervisor_fires_the_hook_for_a_preflight_rejection(tmp_path: Pa
 
 
 def test_prune_removes_a_pruned_runs_hook_outcomes(tmp_path: Path) -> None:
-    from wfsched.retention import prune
+    from wfsched.api.retention import prune
 
     h = Harness(tmp_path / "store")
     h.define("a", '[notify]\non_failure = ["alert"]\n', cron="0 * * * *")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.daemon import wait_for
-from wfsched.ownership import holder, lock_holder
+from wfsched.store.ownership import holder, lock_holder
 
 TABLE = """\
 1: POSIX  ADVISORY  WRITE 900 fe:01:4242 0 EOF

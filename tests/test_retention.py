@@ -19,13 +19,13 @@ import pytest
 from conftest import CliRun, SettableClock
 
 from tests.fakes import Clock, FakeControl
-from wfsched.admin import Admin
-from wfsched.config import SupervisorConfig
-from wfsched.definition import parse_definition
-from wfsched.retention import prune
-from wfsched.runs import Runs
+from wfsched.api.admin import Admin
+from wfsched.api.retention import prune
+from wfsched.api.run_ops import Runs
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.definition import parse_definition
 from wfsched.store import SQLiteStore, Store
-from wfsched.supervisor import Supervisor
 
 T0 = int(datetime(2026, 1, 5, 9, 0, tzinfo=UTC).timestamp())
 HOUR = 3600
@@ -333,7 +333,7 @@ def test_orphan_directories_are_removed_only_when_old_and_rowless(built_any: Bui
 def test_a_crash_before_directory_removal_leaves_an_orphan_the_next_prune_removes(
     built_any: Builder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import wfsched.retention as retention
+    import wfsched.api.retention as retention
 
     for run in OLD_FINISHED:
         os.utime(built_any.store.runs_dir / run, (T0, T0))

@@ -19,7 +19,7 @@ import pytest
 from conftest import CliRun, SettableClock
 
 from tests.test_supervisor_loop import MINUTE, T0, Harness
-from wfsched.definition import parse_definition
+from wfsched.domain.definition import parse_definition
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("WFSCHED_UPDATE_SNAPSHOTS") == "1"

@@ -156,7 +156,7 @@ def test_a_failed_commit_rolls_back_so_the_next_transaction_commits(tmp_path: Pa
 def v1_store(root: Path) -> None:
     """A store as wfsched with schema version 1 wrote it: one schedule,
     created at 09:00 with its revision (no watermark column yet)."""
-    from wfsched.definition import canonical_json, parse_definition
+    from wfsched.domain.definition import canonical_json, parse_definition
     from wfsched.store.migrations import MIGRATIONS
 
     root.mkdir()
@@ -188,9 +188,9 @@ T9 = 1796115600.0  # 2026-12-01T09:00:00Z
 
 def test_a_version_1_store_is_upgraded_and_audits_clean(tmp_path: Path) -> None:
     from tests.fakes import Clock
-    from wfsched.admin import Admin
-    from wfsched.audit import audit
-    from wfsched.definition import parse_definition
+    from wfsched.api.admin import Admin
+    from wfsched.api.audit_checks import audit
+    from wfsched.domain.definition import parse_definition
 
     root = tmp_path / "s"
     v1_store(root)
@@ -289,7 +289,7 @@ def version_1_store(root: Path) -> None:
 
 
 def test_version_1_history_keeps_its_order_and_new_rows_follow_it(tmp_path: Path) -> None:
-    from wfsched.audit import audit
+    from wfsched.api.audit_checks import audit
 
     version_1_store(tmp_path / "s")
     store = SQLiteStore(tmp_path / "s")

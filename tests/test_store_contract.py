@@ -395,7 +395,7 @@ def test_finished_run_counts_tell_cancellations_apart(store: Store) -> None:
 
 
 def test_a_run_row_says_whether_it_is_manual_and_its_occurrence(store: Store) -> None:
-    from wfsched.views import run_occurrence_id
+    from wfsched.api.views import run_occurrence_id
 
     add_schedule(store)
     scheduled = store.get_run(admit(store, "s", T0 + 60))

@@ -10,9 +10,9 @@ import psycopg
 from conftest import CliRun
 
 from tests.test_retention import T0, build
-from wfsched.ownership import Ownership
 from wfsched.store import SQLiteStore, Store, open_location, resolve_store
 from wfsched.store.copying import COPY_TABLES
+from wfsched.store.ownership import Ownership
 from wfsched.store.postgres import PostgresStore
 
 

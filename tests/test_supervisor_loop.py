@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import Clock, FakeControl, write_exit_record
-from wfsched.admin import Admin
-from wfsched.config import SupervisorConfig
-from wfsched.definition import parse_definition
-from wfsched.runs import Runs
+from wfsched.api.admin import Admin
+from wfsched.api.run_ops import Runs
+from wfsched.daemon.supervisor import ABANDONED, Supervisor
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.definition import parse_definition
 from wfsched.store import SQLiteStore, Store
-from wfsched.supervisor import ABANDONED, Supervisor
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60
@@ -450,7 +450,7 @@ def test_exit_record_of_interrupt_code_without_config_is_failure(h: Harness) -> 
 
 def test_written_exit_record_helper_matches_the_launcher_reader(tmp_path: Path) -> None:
     write_exit_record(tmp_path, 3, "exited", 7, "boom")
-    from wfsched.launcher import read_exit_record
+    from wfsched.process.launcher import read_exit_record
 
     record = read_exit_record(str(tmp_path))
     assert record is not None and (record.attempt, record.exit_code) == (3, 7)
@@ -471,7 +471,7 @@ def _crash_at(point: str):  # type: ignore[no-untyped-def]
 def test_a_burst_launches_in_chunks_and_misses_nothing(
     tmp_path: Path, make_store: Callable[[Path], Store]
 ) -> None:
-    from wfsched.supervisor import LAUNCH_CHUNK
+    from wfsched.daemon.supervisor import LAUNCH_CHUNK
 
     h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=200)
     for number in range(150):

@@ -14,8 +14,8 @@ import pytest
 from conftest import CliRun
 
 from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
-from wfsched.definition import parse_definition
-from wfsched.status import status
+from wfsched.api.status import status
+from wfsched.domain.definition import parse_definition
 
 
 @pytest.fixture

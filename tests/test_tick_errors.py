@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
-from wfsched.config import SupervisorConfig
-from wfsched.definition import parse_definition
+from wfsched.api.status import status
+from wfsched.daemon.supervisor import NOTIFY_TRIES, REQUEST_TRIES, Supervisor
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.definition import parse_definition
+from wfsched.domain.tickerrors import REPEAT_LOG_INTERVAL, TickErrors
 from wfsched.faults import InjectedFault
-from wfsched.status import status
-from wfsched.supervisor import NOTIFY_TRIES, REQUEST_TRIES, Supervisor
-from wfsched.tickerrors import REPEAT_LOG_INTERVAL, TickErrors
 
 
 def fail(

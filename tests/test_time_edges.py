@@ -15,16 +15,14 @@ import pytest
 from conftest import CliRun
 from fakes import Clock, FakeControl
 
-from wfsched.admin import Admin
-from wfsched.audit import audit
-from wfsched.calendar import CronCalendar, OneShotCalendar, normalize_cron
-from wfsched.config import SupervisorConfig
-from wfsched.decisions import ScheduleView, ask, decide, span_between
-from wfsched.definition import parse_definition
-from wfsched.errors import EndOfTime
-from wfsched.store import SQLiteStore
-from wfsched.supervisor import Supervisor
-from wfsched.timeutil import (
+from wfsched.api.admin import Admin
+from wfsched.api.audit_checks import audit
+from wfsched.daemon.supervisor import Supervisor
+from wfsched.domain.calendar import CronCalendar, OneShotCalendar, normalize_cron
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.decisions import ScheduleView, ask, decide, span_between
+from wfsched.domain.definition import parse_definition
+from wfsched.domain.timeutil import (
     MAX_INSTANT,
     MIN_INSTANT,
     format_event,
@@ -32,6 +30,8 @@ from wfsched.timeutil import (
     occurrence_id,
     parse_instant,
 )
+from wfsched.errors import EndOfTime
+from wfsched.store import SQLiteStore
 
 T0 = 1_796_083_200  # 2026-12-01T00:00:00Z
 LAST_MINUTE = MAX_INSTANT - 59  # 9999-12-31T23:59:00Z

@@ -20,8 +20,8 @@ import pytest
 from conftest import CliRun, definition_text
 
 from tests.test_supervisor_loop import T0, Harness, iso
-from wfsched.definition import parse_definition
-from wfsched.timeutil import MAX_DURATION
+from wfsched.domain.definition import parse_definition
+from wfsched.domain.timeutil import MAX_DURATION
 
 LONG = 4000 * 86400  # "4000d": accepted before durations were capped at 3650d
 GONE_ZONE = "US/Pacific-New"  # left the tz database in 2020b

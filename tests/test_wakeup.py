@@ -1,4 +1,4 @@
-"""The supervisor's sleep between ticks (`wfsched.wakeup.Waiter`): woken by
+"""The supervisor's sleep between ticks (`wfsched.daemon.wakeup.Waiter`): woken by
 a watched fd or a signal, never by nothing, and awake before a due instant."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wfsched.wakeup import Waiter
+from wfsched.daemon.wakeup import Waiter
 
 
 @pytest.fixture

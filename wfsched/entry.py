@@ -1,5 +1,5 @@
 """The `wfsched` program: catch an early stop of `supervise` (see
-`wfsched.early_stop`) before importing the CLI, then run it."""
+`wfsched.daemon.early_stop`) before importing the CLI, then run it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 
 def main() -> None:
-    from wfsched import early_stop
+    from wfsched.daemon import early_stop
 
     early_stop.arm(sys.argv[1:])
     from wfsched.cli.main import main as cli_main

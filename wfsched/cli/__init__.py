@@ -1,4 +1,4 @@
-"""The `wfsched` command line: a thin click shell over `wfsched.admin.Admin`.
+"""The `wfsched` command line: a thin click shell over `wfsched.api.admin.Admin`.
 
 Each command module (`schedules`, and later `runs`, `supervise`) adds its
 commands to the group in `wfsched.cli.main`. They share `CliState`, the one
@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from wfsched.domain.timeutil import Clock, wall_clock
 from wfsched.errors import NotFoundError
-from wfsched.timeutil import Clock, wall_clock
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from wfsched.admin import Admin
-    from wfsched.reads import Reads
+    from wfsched.api.admin import Admin
+    from wfsched.api.reads import Reads
     from wfsched.store import Store
     from wfsched.store.location import StoreLocation
 
@@ -112,7 +112,7 @@ class CliState:
 
     def reads(self) -> Reads:
         """The read-only API (`list`, `get --json`, `occurrences`): light imports."""
-        from wfsched.reads import Reads
+        from wfsched.api.reads import Reads
 
         return Reads(self._existing_store(), clock=self.clock)
 
@@ -127,7 +127,7 @@ class CliState:
 
     def admin(self, *, create: bool = False) -> Admin:
         """An `Admin` over the store; a missing store is "not found" (exit 3)."""
-        from wfsched.admin import Admin
+        from wfsched.api.admin import Admin
 
         store = self.store(create=True) if create else self._existing_store()
         assert store is not None

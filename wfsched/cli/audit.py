@@ -18,9 +18,9 @@ def audit(state: CliState, as_json: bool) -> None:
     ledger, watermarks never moved back and run directories match the database.
 
     Read-only. Exit status 1 when any violation is found; each is printed
-    with its check name (see `wfsched.audit` for the list).
+    with its check name (see `wfsched.api.audit_checks` for the list).
     """
-    from wfsched.audit import audit_location, empty_report
+    from wfsched.api.audit_checks import audit_location, empty_report
 
     missing = state.store_missing()
     report = empty_report() if missing else audit_location(state.location())

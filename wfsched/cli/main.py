@@ -14,11 +14,12 @@ from typing import Any
 
 import click
 
-from wfsched import __version__, early_stop
+from wfsched import __version__
 from wfsched.cli import CliState, audit, prune, runs, schedules, store, supervise
 from wfsched.cli.output import printable
+from wfsched.daemon import early_stop
 from wfsched.errors import DefinitionErrors, WfschedError
-from wfsched.resources import os_error_words
+from wfsched.store.resource_faults import os_error_words
 
 PROG = "wfsched"
 

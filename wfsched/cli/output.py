@@ -1,6 +1,6 @@
 """The one output layer: documented JSON for machines, rich tables for people.
 
-`--json` prints the view dicts of `wfsched.views` as they are (documented
+`--json` prints the view dicts of `wfsched.api.views` as they are (documented
 field order, indent 2) and never touches rich, so scripted calls stay fast.
 Human output goes through the injectable console of `CliState`; times are
 shown in UTC and in the schedule's own zone.
@@ -186,7 +186,7 @@ def duration_text(seconds: Any) -> str | None:
     """A duration for people: `10s`, `5m`, `2h`, `1d` (JSON keeps seconds)."""
     if seconds is None or isinstance(seconds, bool) or not isinstance(seconds, int | float):
         return seconds if seconds is None else str(seconds)
-    from wfsched.timeutil import format_duration
+    from wfsched.domain.timeutil import format_duration
 
     if seconds != int(seconds):
         return f"{seconds:g}s"

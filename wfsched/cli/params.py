@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from wfsched.timeutil import parse_duration
+from wfsched.domain.timeutil import parse_duration
 
 
 class Duration(click.ParamType):

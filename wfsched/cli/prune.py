@@ -12,7 +12,7 @@ from wfsched.cli.params import Duration
 from wfsched.errors import OperationError
 
 if TYPE_CHECKING:
-    from wfsched.retention import PruneReport
+    from wfsched.api.retention import PruneReport
 
 SHOWN_RUN_IDS = 20
 
@@ -39,8 +39,8 @@ def prune(state: CliState, older_than: float, dry_run: bool, as_json: bool) -> N
     schedule's history stays accounted for by a `pruned` summary row. Safe
     while a supervisor runs.
     """
-    from wfsched.retention import PruneReport
-    from wfsched.retention import prune as prune_store
+    from wfsched.api.retention import PruneReport
+    from wfsched.api.retention import prune as prune_store
 
     seconds = int(older_than)
     store = state.read_store()
@@ -78,7 +78,7 @@ def _say_report(report: PruneReport) -> None:
 
 
 def _instant(epoch: float) -> str:
-    from wfsched.timeutil import format_instant
+    from wfsched.domain.timeutil import format_instant
 
     return format_instant(epoch) or "-"
 

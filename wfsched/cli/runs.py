@@ -29,7 +29,7 @@ from wfsched.cli.output import (
 from wfsched.errors import NotFoundError, OperationError, UsageError
 
 if TYPE_CHECKING:
-    from wfsched.runs import Runs
+    from wfsched.api.run_ops import Runs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,7 +39,7 @@ ANSWER_WAIT = 5.0
 
 
 def _runs(state: CliState) -> Runs:
-    from wfsched.runs import Runs
+    from wfsched.api.run_ops import Runs
 
     store = state.store(create=False)
     if store is None:
@@ -117,7 +117,7 @@ def list_runs(
     "scheduled (local)" is in the schedule's own zone, never the operator's.
     The line under the table gives the command for the next page.
     """
-    from wfsched.runs import Runs, check_list_arguments
+    from wfsched.api.run_ops import Runs, check_list_arguments
 
     check_list_arguments(status=status, limit=limit, cursor=cursor)
     store = state.read_store()
@@ -342,7 +342,7 @@ def _copy_log(api: Runs, run: str, attempt: int | None, path: Path, follow: bool
 @pass_state
 def resume(state: CliState, run: str, input_file: Any) -> None:
     """Ask the supervisor to resume an interrupted run (attempt N+1)."""
-    from wfsched.rundirs import NO_RESUME_INPUT
+    from wfsched.store.rundirs import NO_RESUME_INPUT
 
     document = NO_RESUME_INPUT
     if input_file is not None:

@@ -1,8 +1,8 @@
 """Schedule commands: validate, create, apply, get, list, update, edit, pause,
 resume, delete, next, occurrences, status.
 
-Each command parses its arguments, makes one call into `wfsched.admin.Admin`
-(or `wfsched.definition` / `wfsched.status`), and renders the result; domain
+Each command parses its arguments, makes one call into `wfsched.api.admin.Admin`
+(or `wfsched.domain.definition` / `wfsched.api.status`), and renders the result; domain
 errors travel up to `wfsched.cli.main`, which prints one line and exits.
 Heavy modules (the store, the calendar, rich, tomli_w) are imported inside
 the commands that need them.
@@ -19,8 +19,8 @@ from wfsched.cli.complete import schedule_argument
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
-    from wfsched.admin import Admin
-    from wfsched.model import Definition
+    from wfsched.api.admin import Admin
+    from wfsched.domain.model import Definition
 
 DEFAULT_PAGE = 20
 
@@ -40,7 +40,7 @@ _json_option = click.option(
 def _load(state: CliState, file: str) -> Definition:
     """Parse and validate one definition file before any store is opened,
     so an invalid file leaves no trace at all."""
-    from wfsched.definition import load_definition_file
+    from wfsched.domain.definition import load_definition_file
 
     return load_definition_file(file, now=int(state.clock()))
 
@@ -89,7 +89,7 @@ def _warn_unlaunchable(file: str, defn: Definition) -> None:
     `validate` may not be the one that runs the job."""
     import os
 
-    from wfsched.preflight import preflight
+    from wfsched.api.preflight import preflight
 
     problem = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
     if problem is not None:
@@ -174,7 +174,7 @@ def _dry_run_against_empty_store(state: CliState, paths: tuple[str, ...], prune:
     # throwaway empty store (every valid definition would be "created").
     import tempfile
 
-    from wfsched.admin import Admin
+    from wfsched.api.admin import Admin
     from wfsched.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="wfsched-dry-run-") as scratch:
@@ -210,7 +210,7 @@ def get(state: CliState, schedule_id: str, as_json: bool, as_toml: bool) -> None
 
 def _toml_of(admin: Admin, schedule_id: str) -> tuple[str, int]:
     """The definition as an editable file, and the revision it was read at."""
-    from wfsched.definition import to_toml
+    from wfsched.domain.definition import to_toml
 
     row = admin.row(schedule_id)
     header = (
@@ -382,7 +382,7 @@ def edit(state: CliState, schedule_id: str) -> None:
     meanwhile is refused (exit 4) instead of overwritten. An invalid edit
     changes nothing (exit 2); the edited text is kept in a temporary file.
     """
-    from wfsched.definition import parse_definition
+    from wfsched.domain.definition import parse_definition
 
     admin = state.admin()
     view = admin.get(schedule_id)
@@ -583,8 +583,8 @@ def _occurrence_cells(item: dict[str, Any], zone: Any) -> tuple[str, str, str]:
 @pass_state
 def status(state: CliState, as_json: bool) -> None:
     """Is a supervisor running? Executing and interrupted runs, capacity, blocked."""
-    from wfsched.status import status as store_status
-    from wfsched.status import status_without_store
+    from wfsched.api.status import status as store_status
+    from wfsched.api.status import status_without_store
 
     store = state.read_store()
     if store is None:

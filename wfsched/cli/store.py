@@ -32,8 +32,8 @@ def copy(state: CliState, destination: str, as_json: bool) -> None:
     while a supervisor owns either store, or when the destination holds
     anything. Exit status 1 when the copy's audit finds a violation.
     """
+    from wfsched.api.store_copy import copy_store
     from wfsched.store.location import resolve_store
-    from wfsched.storecopy import copy_store
 
     report = copy_store(state.location(), resolve_store(destination))
     audit = report["audit"]

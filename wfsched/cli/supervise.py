@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wfsched import early_stop
 from wfsched.cli import CliState, pass_state
 from wfsched.cli.params import Duration
+from wfsched.daemon import early_stop
 
 if TYPE_CHECKING:
-    from wfsched.eventlog import EventLog
-    from wfsched.metrics import Metrics
-    from wfsched.metrics_server import MetricsServer
+    from wfsched.daemon.eventlog import EventLog
+    from wfsched.daemon.metrics import Metrics
+    from wfsched.daemon.metrics_server import MetricsServer
     from wfsched.store import Store
 
 
@@ -69,11 +69,10 @@ def supervise(
     With --metrics (config: metrics_listen) the address is bound before
     anything else starts, so a bad one exits 2 with nothing done.
     """
-    from wfsched.config import CONFIG_NAME, load_config
-    from wfsched.eventlog import EventLog
+    from wfsched.daemon.eventlog import EventLog
+    from wfsched.daemon.supervisor import run_supervisor
+    from wfsched.domain.config import CONFIG_NAME, load_config
     from wfsched.faults import fault_at, no_fault
-    from wfsched.launcher import Launcher
-    from wfsched.supervisor import run_supervisor
 
     location = state.location()
     config = load_config(
@@ -92,9 +91,9 @@ def supervise(
     server = None
     observer = None
     if config.metrics_listen is not None:
-        from wfsched.config import parse_listen
-        from wfsched.metrics import Metrics
-        from wfsched.metrics_server import MetricsServer
+        from wfsched.daemon.metrics import Metrics
+        from wfsched.daemon.metrics_server import MetricsServer
+        from wfsched.domain.config import parse_listen
 
         source = (
             "--metrics"
@@ -110,7 +109,7 @@ def supervise(
         run_supervisor(
             location,
             config,
-            control=Launcher(fault=spec or ""),
+            launcher_fault=spec or "",
             clock=state.clock,
             fault=fault,
             log=log,
@@ -142,7 +141,7 @@ def _prepare(
 
 def _apply(store: Store, apply_dir: str, state: CliState, log: EventLog) -> None:
     """`--apply`: under the supervisor's lock, so a refused start writes nothing."""
-    from wfsched.admin import Admin
+    from wfsched.api.admin import Admin
 
     for action in Admin(store, state.clock).apply([apply_dir]):
         if action.outside is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wfsched.store.core import DB_NAME, LOCK_NAME, RUNS_DIR, SQLiteStore, open_existing_store
 from wfsched.store.interface import Store
 from wfsched.store.location import StoreLocation, require_psycopg, resolve_store
 from wfsched.store.paths import default_store_path, resolve_store_path
@@ -29,6 +28,7 @@ from wfsched.store.rows import (
     parse_run_id,
     run_id,
 )
+from wfsched.store.sqlite import DB_NAME, LOCK_NAME, RUNS_DIR, SQLiteStore, open_existing_store
 
 
 def open_store(

@@ -3,7 +3,7 @@
 A copy moves every row of every table, keys included (run and ledger
 sequence numbers are the identities operators and the ledger refer to), in
 the order foreign keys need. Reading streams; writing goes in batches.
-`wfsched.storecopy` decides and owns the transactions.
+`wfsched.api.store_copy` decides and owns the transactions.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from wfsched.store.metrics import LedgerCount, RunCount, RunFact
+from wfsched.store.metrics_queries import LedgerCount, RunCount, RunFact
 from wfsched.store.rows import (
     AttemptRow,
     LedgerItem,

@@ -37,12 +37,12 @@ import psycopg
 from psycopg import pq
 
 from wfsched.errors import ConflictError, NotFoundError, StoreConnectionLost, StoreError
-from wfsched.store.audit import normalize_sql
+from wfsched.store.audit_queries import normalize_sql
 from wfsched.store.copying import BATCH
-from wfsched.store.core import LOCK_NAME, RUNS_DIR, SQLiteStore
 from wfsched.store.location import StoreLocation
 from wfsched.store.pg_dialect import POSTGRES
 from wfsched.store.rows import SchemaProblem
+from wfsched.store.sqlite import LOCK_NAME, RUNS_DIR, SQLiteStore
 
 LOCK_CLASS = 0x77667363
 """First key of wfsched's advisory locks (ASCII 'wfsc'); advisory locks are per database."""

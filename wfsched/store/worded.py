@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from wfsched.resources import from_sqlite
+from wfsched.store.resource_faults import from_sqlite
 
 
 class WordedConnection:

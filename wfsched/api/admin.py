@@ -1,0 +1,451 @@
+"""The schedule administration API the CLI calls (DESIGN sections 4 and 7).
+
+Each mutating operation is one store transaction and is safe while a
+supervisor runs: the supervisor decides inside its own transaction, so the
+two serialize. The clock is injected; nothing here reads the time itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wfsched.api.reads import Reads
+from wfsched.api.views import DefinitionCache, record_entries
+from wfsched.domain.decisions import (
+    Calendar,
+    Candidate,
+    Entry,
+    ask,
+    consume_until,
+    next_due_after,
+    span_between,
+    span_entry,
+)
+from wfsched.domain.definition import (
+    canonical_json,
+    load_definition_file,
+)
+from wfsched.domain.model import Definition, OneShotTrigger
+from wfsched.domain.timeutil import MAX_INSTANT, Clock, format_instant, parse_instant, wall_clock
+from wfsched.errors import (
+    CalendarExhausted,
+    ConflictError,
+    DefinitionError,
+    DefinitionErrors,
+    EndOfTime,
+    UsageError,
+    ZoneUnavailable,
+)
+from wfsched.store import ScheduleRow, Store
+
+if TYPE_CHECKING:
+    from wfsched.domain.calendar import CronCalendar, OneShotCalendar
+
+# wfsched.domain.calendar (and croniter behind it) is imported inside the functions
+# that compute instants, so importing the admin API does not load croniter by
+# itself: start-up time of read commands such as `wfsched list` matters.
+
+
+@dataclass(frozen=True)
+class ApplyAction:
+    schedule_id: str
+    action: str  # "created" | "updated" | "unchanged" | "deleted"
+    revision: int | None
+    source: str | None
+    blocked_reason: str | None = None
+    """An updated schedule's supervisor block, which the update keeps."""
+    outside: tuple[int, int] | None = None
+    """(revision last applied, revision replaced) when this apply replaces a
+    revision made outside the folder (by `edit` or `update`) since then."""
+
+
+class Admin(Reads):
+    """Reads plus everything that validates, computes instants or writes."""
+
+    def __init__(self, store: Store, clock: Clock = wall_clock) -> None:
+        super().__init__(store, clock)
+        self._definitions = DefinitionCache()
+
+    # -- reading ---------------------------------------------------------------
+
+    def definition(self, row: ScheduleRow) -> Definition:
+        """The stored definition, parsed once per (id, revision)."""
+        return self._definitions.get(row)
+
+    # -- creating and changing ---------------------------------------------------
+
+    def load(self, path: str) -> Definition:
+        return load_definition_file(path, now=int(self.clock()))
+
+    def create(self, defn: Definition) -> dict[str, Any]:
+        now = self.clock()
+        with self.store.atomic():
+            existing = self.store.get_schedule(defn.id)
+            if existing is not None:
+                raise ConflictError(_taken(existing))
+            self._insert(defn, now)
+        return self.get(defn.id)
+
+    def _insert(self, defn: Definition, now: float) -> None:
+        from wfsched.domain.calendar import calendar_for
+
+        consumed = int(now)
+        if isinstance(defn.trigger, OneShotTrigger) and defn.trigger.at <= consumed:
+            # A one-shot already past at create is accepted and left to the
+            # misfire policy: its instant must still be due, not consumed.
+            consumed = defn.trigger.at - 1
+        next_due, exhausted = next_due_after(calendar_for(defn.trigger), consumed)
+        self.store.insert_schedule(
+            defn.id, canonical_json(defn), now, consumed, next_due, exhausted
+        )
+
+    def update(self, defn: Definition, expected_revision: int) -> tuple[dict[str, Any], bool]:
+        """Replace the definition; returns (schedule, changed?)."""
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(defn.id)
+            _refuse_deleted(row, "update")
+            if row.revision != expected_revision:
+                raise ConflictError(
+                    f"{row.id}: stale revision {expected_revision}; the store has revision"
+                    f" {row.revision}. Re-read it with `wfsched get {row.id} --toml` and"
+                    " apply your change to that"
+                )
+            changed = canonical_json(defn) != row.definition
+            if changed:
+                self._replace(row, defn, now)
+        return self.get(defn.id), changed
+
+    def _replace(self, row: ScheduleRow, defn: Definition, now: float) -> None:
+        """A new revision. A supervisor block stays: only `resume` clears it
+        (the operator saying its cause was dealt with), so a blocked schedule
+        keeps no next due instant until then."""
+        from wfsched.domain.calendar import calendar_for
+
+        # A paused schedule's span since the pause is paused time, not a miss.
+        change = consume_until(
+            self._span_calendar(row),
+            row.consumed_through,
+            _candidate(row),
+            int(now),
+            "update",
+            span_state="skipped-paused" if row.paused else "skipped-misfire",
+        )
+        # Updates never backfill: a one-shot `at` already past at the edit
+        # precedes the new revision, so the ledger does not owe it and the
+        # schedule is exhausted at once (create, by contrast, leaves it due).
+        self._record(row, change.entries, now)
+        next_due, exhausted = next_due_after(calendar_for(defn.trigger), change.consumed_through)
+        if row.paused or row.blocked_reason:
+            next_due = None
+        revision = row.revision + 1
+        definition = canonical_json(defn)
+        self.store.update_schedule(
+            row.id,
+            revision=revision,
+            definition=definition,
+            updated_at=now,
+            consumed_through=change.consumed_through,
+            candidate_at=None,
+            candidate_why=None,
+            next_due=next_due,
+            exhausted=int(exhausted),
+        )
+        self.store.insert_revision(row.id, revision, definition, now, change.consumed_through)
+
+    def apply(
+        self, paths: Sequence[str], *, prune: bool = False, dry_run: bool = False
+    ) -> list[ApplyAction]:
+        """Make the store match the definitions under `paths` (files or folders).
+
+        Every file is validated before anything is written; one transaction
+        covers the whole apply, so it lands completely or not at all.
+        """
+        now = self.clock()
+        wanted = self._load_all(paths, int(now))
+        if prune and not wanted:
+            raise UsageError(
+                f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
+            )
+        actions: list[ApplyAction] = []
+        with self.store.atomic():
+            existing = self.store.schedules_by_id(wanted)
+            applied = self.store.applied_revisions(wanted)
+            for schedule_id, (defn, source) in sorted(wanted.items()):
+                row = existing.get(schedule_id)
+                if row is None:
+                    actions.append(ApplyAction(schedule_id, "created", 1, source))
+                    if not dry_run:
+                        self._insert(defn, now)
+                        self.store.set_applied(schedule_id, 1, now)
+                    continue
+                if row.deleted_at is not None:
+                    raise ConflictError(f"{source}: id: {_taken(row)}")
+                if canonical_json(defn) == row.definition:
+                    actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
+                    if not dry_run and applied.get(schedule_id) != row.revision:
+                        self.store.set_applied(schedule_id, row.revision, now)
+                    continue
+                last = applied.get(schedule_id)
+                # A revision newer than the one the folder gave was made by
+                # `edit` or `update`; the folder wins, but not silently.
+                outside = (last, row.revision) if last is not None and last < row.revision else None
+                actions.append(
+                    ApplyAction(
+                        schedule_id,
+                        "updated",
+                        row.revision + 1,
+                        source,
+                        blocked_reason=row.blocked_reason,
+                        outside=outside,
+                    )
+                )
+                if not dry_run:
+                    self._replace(row, defn, now)
+                    self.store.set_applied(schedule_id, row.revision + 1, now)
+            if prune:
+                for row in self.store.list_schedules():
+                    if row.id not in wanted:
+                        actions.append(ApplyAction(row.id, "deleted", row.revision, None))
+                        if not dry_run:
+                            self._delete(row, now)
+        return actions
+
+    def _load_all(self, paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
+        files: dict[Path, None] = {}  # ordered and de-duplicated by real path
+        for given in paths:
+            path = Path(given)
+            if path.is_dir():
+                for found in sorted(path.rglob("*.toml")):
+                    # Hidden folders and files (.git, editor swap files) are not definitions.
+                    hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
+                    if found.is_file() and not hidden:
+                        files.setdefault(found.resolve(), None)
+            elif path.exists():
+                files.setdefault(path.resolve(), None)
+            else:
+                raise UsageError(f"{given}: no such file or directory")
+        wanted: dict[str, tuple[Definition, str]] = {}
+        errors: list[DefinitionError] = []
+        for file in files:
+            try:
+                defn = load_definition_file(file, now=now)
+            except DefinitionError as exc:
+                errors.append(exc)
+                continue
+            if defn.id in wanted:
+                errors.append(
+                    DefinitionError(
+                        str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                    )
+                )
+                continue
+            wanted[defn.id] = (defn, str(file))
+        # Every invalid file is reported in one pass; nothing is written.
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise DefinitionErrors(errors, len(files), "; nothing was written")
+        return wanted
+
+    # -- pause, resume, delete -------------------------------------------------------
+
+    def pause(self, schedule_id: str) -> tuple[dict[str, Any], bool]:
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(schedule_id)
+            _refuse_deleted(row, "pause")
+            if row.paused:
+                return self.get(schedule_id), False
+            change = consume_until(
+                self._span_calendar(row),
+                row.consumed_through,
+                _candidate(row),
+                int(now),
+                "pause",
+            )
+            self._record(row, change.entries, now)
+            self.store.update_schedule(
+                row.id,
+                paused=1,
+                updated_at=now,
+                consumed_through=change.consumed_through,
+                candidate_at=None,
+                candidate_why=None,
+                next_due=None,
+            )
+        return self.get(schedule_id), True
+
+    def resume(self, schedule_id: str) -> tuple[dict[str, Any], bool]:
+        """Continue from the next future instant; the paused span is one
+        `skipped-paused` row (a one-shot that passed gets a row of its own).
+
+        Resume also clears a supervisor block: it is the operator saying the
+        cause was dealt with. The diagnostic stays in the supervisor's log
+        (`blocked` event); `list`/`status` stop showing it.
+        """
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(schedule_id)
+            _refuse_deleted(row, "resume")
+            if not row.paused and not row.blocked_reason:
+                return self.get(schedule_id), False
+            cal = self._calendar(row)
+            consumed = max(row.consumed_through, int(now))
+            entries: list[Entry] = []
+            if row.paused:
+                span = span_between(cal, row.consumed_through, int(now))
+                if span is not None:
+                    entries.append(span_entry(span, "skipped-paused", "paused"))
+            else:
+                consumed = row.consumed_through
+            self._record(row, entries, now)
+            next_due, exhausted = next_due_after(cal, consumed)
+            self.store.update_schedule(
+                row.id,
+                paused=0,
+                blocked_reason=None,
+                updated_at=now,
+                consumed_through=consumed,
+                next_due=next_due,
+                exhausted=int(exhausted),
+            )
+        return self.get(schedule_id), True
+
+    def delete(self, schedule_id: str) -> tuple[dict[str, Any], bool]:
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(schedule_id)
+            if row.deleted_at is not None:
+                return self.get(schedule_id), False
+            self._delete(row, now)
+        return self.get(schedule_id), True
+
+    def _delete(self, row: ScheduleRow, now: float) -> None:
+        consumed = row.consumed_through
+        if not row.paused:
+            change = consume_until(
+                self._span_calendar(row),
+                row.consumed_through,
+                _candidate(row),
+                int(now),
+                "delete",
+            )
+            self._record(row, change.entries, now)
+            consumed = change.consumed_through
+        self.store.update_schedule(
+            row.id,
+            deleted_at=now,
+            updated_at=now,
+            consumed_through=consumed,
+            candidate_at=None,
+            candidate_why=None,
+            next_due=None,
+        )
+
+    # -- previews and history ------------------------------------------------------
+
+    def next(
+        self, schedule_id: str, count: int = 5, after: str | None = None
+    ) -> list[dict[str, Any]]:
+        from wfsched.domain.calendar import CronCalendar, describe_local
+
+        if not 1 <= count <= 1000:
+            raise UsageError("--count must be between 1 and 1000")
+        row = self.row(schedule_id)
+        defn = self.definition(row)
+        cal = self._calendar(row)
+        if after is not None:
+            try:
+                cursor = parse_instant(after)
+            except ValueError as exc:
+                raise UsageError(f"--after: {exc}") from None
+        else:
+            cursor = max(int(self.clock()), row.consumed_through)
+        zone = getattr(defn.trigger, "timezone", "UTC")
+        items: list[dict[str, Any]] = []
+        for _ in range(count):
+            try:
+                following = ask(cal.next_after_epoch, cursor)
+            except CalendarExhausted as exc:
+                if items:
+                    break  # the instants before the end are the answer
+                if isinstance(exc, EndOfTime):
+                    raise UsageError(
+                        f"--after: {schedule_id} has no instant after {format_instant(cursor)}"
+                        f" before the end of representable time ({format_instant(MAX_INSTANT)})"
+                    ) from None
+                raise
+            if following is None:
+                break
+            local, note = describe_local(
+                following, zone, cal if isinstance(cal, CronCalendar) else None
+            )
+            items.append({"scheduled_at": format_instant(following), "local": local, "note": note})
+            cursor = following
+        return items
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _calendar(self, row: ScheduleRow) -> CronCalendar | OneShotCalendar:
+        from wfsched.domain.calendar import calendar_for
+
+        try:
+            return calendar_for(self.definition(row).trigger)
+        except ZoneUnavailable as exc:
+            raise ZoneUnavailable(f"{row.id}: {exc} (`wfsched edit {row.id}`)") from None
+
+    def _span_calendar(self, row: ScheduleRow) -> Calendar:
+        """The calendar that accounts for the span an operation consumes.
+
+        A stored zone that no longer resolves has no instants anyone can
+        list: the supervisor blocked the schedule and ran none of them, so
+        pause, delete and update still do their work, recording no span
+        (the watermark moves on; nothing before it is ever run).
+        """
+        try:
+            return self._calendar(row)
+        except ZoneUnavailable:
+            return _UNLISTABLE
+
+    def _record(self, row: ScheduleRow, entries: Iterable[Entry], now: float) -> None:
+        record_entries(self.store, row.id, row.revision, entries, now)
+
+
+class _Unlistable:
+    """A calendar with no instant to list (see Admin._span_calendar)."""
+
+    def next_after_epoch(self, t: int) -> int | None:
+        return None
+
+    def prev_before_epoch(self, t: int) -> int | None:
+        return None
+
+
+_UNLISTABLE = _Unlistable()
+
+
+def _candidate(row: ScheduleRow) -> Candidate | None:
+    if row.candidate_at is None or row.candidate_why is None:
+        return None
+    return Candidate(row.candidate_at, row.candidate_why)
+
+
+def _taken(row: ScheduleRow) -> str:
+    if row.deleted_at is not None:
+        return (
+            f"{row.id!r} belonged to a schedule deleted at {format_instant(row.deleted_at)};"
+            " ids are never reused, choose another"
+        )
+    return f"{row.id!r} already exists (revision {row.revision}); use `wfsched update`"
+
+
+def _refuse_deleted(row: ScheduleRow, operation: str) -> None:
+    if row.deleted_at is not None:
+        raise ConflictError(
+            f"{row.id}: cannot {operation} a deleted schedule (deleted at"
+            f" {format_instant(row.deleted_at)}); its history stays readable with `wfsched get`"
+        )

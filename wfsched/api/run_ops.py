@@ -1,0 +1,169 @@
+"""Runs for operators: inspection, logs, and requests the supervisor acts on
+(trigger, resume, cancel). Requests are rows in the store, so they survive a
+supervisor restart and need no socket; the supervisor answers within one
+poll interval."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from wfsched.api.paging import decode_cursor, encode_cursor
+from wfsched.api.views import notification_view, run_view
+from wfsched.domain.timeutil import Clock, wall_clock
+from wfsched.errors import ConflictError, NotFoundError, OperationError, UsageError
+from wfsched.store import RequestRow, RunRow, Store, parse_run_id
+from wfsched.store.rundirs import NO_RESUME_INPUT, RunDir, log_truncation
+
+RUN_STATES = ("admitted", "running", "interrupted", "completed", "failed")
+MAX_PAGE = 100
+STDERR_TAIL_LINES = 10
+TAIL_BYTES = 64 * 1024
+"""How much of the end of a log `runs show` reads to find its last lines."""
+
+
+def check_list_arguments(*, status: str | None, limit: int, cursor: str | None) -> int | None:
+    """Refuse bad listing arguments (exit 2), store or no store; the cursor's key."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
+    if status is not None and status not in RUN_STATES:
+        raise UsageError(f"--status must be one of {', '.join(RUN_STATES)}")
+    return decode_cursor(cursor, "before")["before"] if cursor else None
+
+
+class Runs:
+    def __init__(self, store: Store, clock: Clock = wall_clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def run(self, text: str) -> RunRow:
+        seq = parse_run_id(text)
+        run = self.store.get_run(seq) if seq is not None else None
+        if run is None:
+            raise NotFoundError(f"no run {text!r}; `wfsched runs` lists them")
+        return run
+
+    def show(self, text: str) -> dict[str, Any]:
+        """The run view plus what an operator needs after a failure: the run
+        directory, the last lines of the latest attempt's stderr, and each
+        failure hook's outcome; each attempt also says whether the shim cut
+        its logs to max_log_bytes (`output_truncated`: bytes dropped per
+        stream, or null; known on the host that ran it)."""
+        with self.store.snapshot():
+            run = self.run(text)
+            view = run_view(run, self.store.attempts(run.seq))
+            hooks = self.store.run_notifications(run.seq)
+        directory = RunDir(self.store.runs_dir, run.run_id)
+        view["run_dir"] = str(directory.path)
+        view["stderr_tail"] = (
+            _tail(directory.log_path(run.attempt, "stderr"), STDERR_TAIL_LINES)
+            if run.attempt
+            else []
+        )
+        view["failure_hooks"] = [notification_view(hook) for hook in hooks]
+        for attempt in view["attempts"]:
+            dropped = {
+                stream: count
+                for stream in ("stdout", "stderr")
+                if (count := log_truncation(directory.log_path(attempt["attempt"], stream)))
+                is not None
+            }
+            attempt["output_truncated"] = dropped or None
+        return view
+
+    def list(
+        self,
+        *,
+        schedule_id: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        before = check_list_arguments(status=status, limit=limit, cursor=cursor)
+        with self.store.snapshot():
+            rows = self.store.list_runs(
+                schedule_id=schedule_id, state=status, before_seq=before, limit=limit + 1
+            )
+            items = [run_view(row, self.store.attempts(row.seq)) for row in rows[:limit]]
+        next_cursor = encode_cursor(before=rows[limit - 1].seq) if len(rows) > limit else None
+        return items, next_cursor
+
+    def log_file(self, text: str, *, attempt: int | None = None, stderr: bool = False) -> Path:
+        """The attempt's log; an admitted run has none, and we do not invent one."""
+        run = self.run(text)
+        if run.attempt == 0:
+            raise NotFoundError(f"{run.run_id} has not started yet; it has no logs")
+        chosen = attempt if attempt is not None else run.attempt
+        if not 1 <= chosen <= run.attempt:
+            raise UsageError(f"{run.run_id} has attempts 1..{run.attempt}")
+        return RunDir(self.store.runs_dir, run.run_id).log_path(
+            chosen, "stderr" if stderr else "stdout"
+        )
+
+    def attempt_running(self, text: str, attempt: int | None = None) -> bool:
+        run = self.run(text)
+        chosen = attempt if attempt is not None else run.attempt
+        row = self.store.get_attempt(run.seq, chosen)
+        return row is not None and row.state == "running"
+
+    # -- requests for the supervisor --------------------------------------------
+
+    def request_trigger(self, schedule_id: str) -> int:
+        with self.store.atomic():
+            row = self.store.get_schedule(schedule_id)
+            if row is None:
+                raise NotFoundError(f"no schedule {schedule_id!r}")
+            if row.deleted_at is not None:
+                raise ConflictError(f"{schedule_id}: deleted schedules cannot be triggered")
+            return self.store.insert_request("trigger", self.clock(), schedule_id=schedule_id)
+
+    def request_resume(self, text: str, resume_input: Any = NO_RESUME_INPUT) -> int:
+        """Ask for attempt N+1; `resume_input` (any JSON value, null included)
+        becomes its WFSCHED_RESUME_INPUT and stdin. Without it the attempt
+        reads the run's original input."""
+        with self.store.atomic():
+            run = self.run(text)
+            if run.state != "interrupted":
+                raise ConflictError(f"{run.run_id} is {run.state}; only interrupted runs resume")
+            payload = None if resume_input is NO_RESUME_INPUT else json.dumps(resume_input)
+            return self.store.insert_request(
+                "resume", self.clock(), run_seq=run.seq, payload=payload
+            )
+
+    def request_cancel(self, text: str) -> int | str:
+        """A request id, or the message for a run that had already finished."""
+        with self.store.atomic():
+            run = self.run(text)
+            if run.state in ("completed", "failed"):
+                return f"{run.run_id} had already finished ({run.state}); nothing to cancel"
+            return self.store.insert_request("cancel", self.clock(), run_seq=run.seq)
+
+    def supervisor_pid(self) -> int | None:
+        return self.store.supervisor_pid()
+
+    def wait(self, request_seq: int, timeout: float) -> RequestRow:
+        """Poll the request until the supervisor answers or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            request = self.store.get_request(request_seq)
+            if request is None:
+                raise OperationError(f"request {request_seq} vanished from the store")
+            if request.state != "pending" or time.monotonic() >= deadline:
+                return request
+            time.sleep(0.05)
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log (decoded leniently); [] when absent."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    return text.splitlines()[-lines:]

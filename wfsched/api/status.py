@@ -1,0 +1,165 @@
+"""`wfsched status`: is a supervisor running, how busy is it, what is stuck.
+
+Read-only. Whether a supervisor runs is answered by the kernel's lock table
+(`wfsched.store.ownership.holder`), never by taking the lock: even a brief probe
+could make a supervisor that is starting at that moment fail. The meta keys
+the supervisor writes (`pid`, `started_at`, `last_tick_at`, `poll_interval`,
+`max_concurrent_runs`, epoch floats as strings; `tick_errors`, JSON) only
+describe it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.tickerrors import META_KEY as TICK_ERRORS_KEY
+from wfsched.domain.tickerrors import published
+from wfsched.domain.timeutil import Clock, format_event, format_instant, wall_clock
+from wfsched.store import Store
+from wfsched.store.runtime_file import read_fault
+
+DEFAULTS = SupervisorConfig()
+"""Reported (capacity) or used for staleness (interval) when the supervisor
+did not record its own."""
+STALE_AFTER_POLLS = 3
+
+
+def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
+    """The status object (DESIGN section 8), with a few added fields.
+
+    `supervisor.stale` is true when a process holds the lock but has not
+    ticked for three poll intervals: alive but stuck (or its clock jumped).
+    `fault` is the supervisor's open fault episode (kind, error, since,
+    phase), read from its runtime file (wfsched.store.runtime_file) because the store
+    may be unwritable while it lasts; null when there is none.
+    """
+    pid = store.supervisor_pid()
+    fault = read_fault(store.root, pid)
+    if fault is not None and isinstance(fault.get("since"), int | float):
+        fault["since"] = format_event(fault["since"])
+    with store.snapshot():
+        meta = {
+            key: store.get_meta(key)
+            for key in (
+                "started_at",
+                "last_tick_at",
+                "poll_interval",
+                "max_concurrent_runs",
+                TICK_ERRORS_KEY,
+                "launcher_state",
+                "launcher_since",
+                "launcher_error",
+            )
+        }
+        counts = store.run_state_counts()
+        executing = store.executing_count()
+        waiting = store.blocked_admitted_count()
+        due = store.earliest_due_schedule()
+        blocked = store.blocked_schedules()
+        rejected = store.standing_rejections()
+    started_at = _number(meta["started_at"])
+    last_tick_at = _number(meta["last_tick_at"])
+    poll_interval = _number(meta["poll_interval"]) or DEFAULTS.poll_interval
+    capacity = _number(meta["max_concurrent_runs"])
+    running = pid is not None
+    seen = last_tick_at if last_tick_at is not None else started_at
+    # During a fault episode the stamp cannot be written: the fault says why.
+    stale = (
+        running
+        and fault is None
+        and seen is not None
+        and clock() - seen > STALE_AFTER_POLLS * poll_interval
+    )
+    return {
+        "supervisor": {
+            "running": running,
+            "pid": pid,
+            "started_at": format_event(started_at),
+            "last_tick_at": format_event(last_tick_at),
+            "uptime": round(clock() - started_at, 3) if running and started_at else None,
+            "stale": stale,
+            "fault": fault,
+        },
+        # Capacity governs scheduled runs; manual runs bypass it and are
+        # counted apart so "executing X of N" never exceeds N.
+        "executing": executing,
+        "executing_manual": counts.get("admitted", 0)
+        + counts.get("running", 0)
+        - executing
+        - waiting,
+        # Admitted runs of blocked schedules: no execution slot until `resume`.
+        "waiting_for_unblock": waiting,
+        "interrupted": counts.get("interrupted", 0),
+        "max_concurrent_runs": int(capacity) if capacity else DEFAULTS.max_concurrent_runs,
+        "next_due": None
+        if due is None
+        else {"schedule_id": due.id, "at": format_instant(due.next_due)},
+        "blocked": [{"schedule_id": row.id, "reason": row.blocked_reason} for row in blocked],
+        # Errors the running (or last) supervisor contained, counted per tick
+        # phase since it started (wfsched.domain.tickerrors).
+        "errors": published(meta[TICK_ERRORS_KEY]),
+        "launcher": _launcher(meta) if running else None,
+        # A start refused at admission (executable or cwd missing) is a
+        # failure; it stays listed until a later run of the schedule succeeds.
+        "preflight_rejected": [
+            {
+                "schedule_id": row.schedule_id,
+                "scheduled_at": format_instant(row.scheduled_at),
+                "reason": row.reason,
+            }
+            for row in rejected
+        ],
+        "store": store.display,
+    }
+
+
+def _launcher(meta: dict[str, str | None]) -> dict[str, Any] | None:
+    """The running supervisor's launcher: `state` "up" or "down", `since`
+    (when it last changed), `last_error` (why it last went down, kept after
+    it is back up; null if it never did)."""
+    if meta["launcher_state"] not in ("up", "down"):
+        return None
+    return {
+        "state": meta["launcher_state"],
+        "since": format_event(_number(meta["launcher_since"])),
+        "last_error": meta["launcher_error"] or None,
+    }
+
+
+def status_without_store(display: str) -> dict[str, Any]:
+    """The same shape for a store that does not exist yet (nothing to report)."""
+    return {
+        "supervisor": {
+            "running": False,
+            "pid": None,
+            "started_at": None,
+            "last_tick_at": None,
+            "uptime": None,
+            "stale": False,
+            "fault": None,
+        },
+        "executing": 0,
+        "executing_manual": 0,
+        "waiting_for_unblock": 0,
+        "interrupted": 0,
+        "max_concurrent_runs": DEFAULTS.max_concurrent_runs,
+        "next_due": None,
+        "blocked": [],
+        "errors": published(None),
+        "launcher": None,
+        "preflight_rejected": [],
+        "store": display,
+    }
+
+
+def _number(text: str | None) -> float | None:
+    """A meta value as a number; a missing or garbled one is unknown, not fatal."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

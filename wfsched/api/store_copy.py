@@ -1,0 +1,92 @@
+"""`wfsched store copy`: a whole store into an empty one of either kind, then audited.
+
+Both stores are owned for the whole copy (the same lock a supervisor takes),
+so the copy is refused while a supervisor runs on either side and no
+supervisor can start on either side until it ends. The rows are read in one
+snapshot of the source and written in one transaction of the destination:
+a copy that fails leaves the destination empty. This host's run directories
+and shim records are copied beside the rows (a store's runs live on the
+host that executed them), and the destination is then audited like any
+store.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from wfsched.api.audit_checks import audit
+from wfsched.errors import ConflictError, NotFoundError
+from wfsched.store import Store, StoreLocation, open_location
+from wfsched.store.copying import COPY_TABLES
+from wfsched.store.ownership import Ownership
+from wfsched.store.rundirs import records_root
+
+
+def copy_store(source: StoreLocation, destination: StoreLocation) -> dict[str, Any]:
+    """Copy `source` into `destination`; the counts per table, seconds, and the audit."""
+    if source.display == destination.display:
+        raise ConflictError(f"{source.display}: a store cannot be copied onto itself")
+    src = open_location(source, create=False)
+    if src is None:
+        raise NotFoundError(f"no store at {source.display}; nothing to copy")
+    try:
+        dest = open_location(destination, create=True)
+        assert dest is not None
+        try:
+            with _owning(src, source), _owning(dest, destination):
+                if not dest.is_empty():
+                    raise ConflictError(
+                        f"{destination.display}: the destination store is not empty;"
+                        " copy into a new store"
+                    )
+                started = time.monotonic()
+                counts = _copy_rows(src, dest)
+                _copy_tree(src.runs_dir, dest.runs_dir)
+                _copy_tree(records_root(src.root), records_root(dest.root))
+                seconds = round(time.monotonic() - started, 3)
+                report = audit(dest)
+        finally:
+            dest.close()
+    finally:
+        src.close()
+    return {
+        "from": source.display,
+        "to": destination.display,
+        "copied": counts,
+        "seconds": seconds,
+        "audit": report,
+    }
+
+
+def _copy_rows(src: Store, dest: Store) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    with src.snapshot(), dest.atomic():
+        for table, columns in COPY_TABLES:
+            counts[table] = dest.import_rows(table, columns, src.export_rows(table, columns))
+        dest.after_import()
+    return counts
+
+
+def _copy_tree(source: Any, destination: Any) -> None:
+    if source.is_dir():
+        shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True)
+
+
+@contextmanager
+def _owning(store: Store, location: StoreLocation) -> Iterator[None]:
+    """The store's supervisor lock, held while the block runs (ConflictError,
+    exit 4, naming the owner, if a supervisor holds it)."""
+    if location.path is None:
+        store.take_ownership()  # type: ignore[attr-defined]
+        yield  # released with the store's connection
+        return
+    ownership = Ownership(store.lock_path)
+    ownership.acquire()
+    try:
+        yield
+    finally:
+        ownership.release()

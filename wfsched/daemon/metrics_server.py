@@ -1,0 +1,114 @@
+"""The metrics listener: `/metrics` and `/healthz` on a daemon thread.
+
+The socket is bound by `MetricsServer(...)` itself, before the supervisor
+starts anything (fork server, lock, recovery), so a bad address or a port in
+use is one clear error and nothing has happened yet. Serving starts later,
+once there is a snapshot source; each request reads the latest snapshot and
+nothing else.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from wfsched.domain.config import Listen
+from wfsched.errors import UsageError
+
+if TYPE_CHECKING:
+    from wfsched.daemon.metrics import Snapshot
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily) -> None:
+        self.address_family = family
+        self.source: Callable[[], Snapshot | None] = lambda: None
+        self.monotonic: Callable[[], float] = time.monotonic
+        self.renderer: Any = None
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        snapshot = self.server.source()
+        if path == "/metrics":
+            from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
+
+            if snapshot is None:
+                self._send(503, b"starting: no snapshot yet\n", "text/plain; charset=utf-8")
+                return
+            self._send(200, self.server.renderer.render(snapshot), CONTENT_TYPE_PLAIN_0_0_4)
+        elif path == "/healthz":
+            from wfsched.daemon.metrics import health
+
+            status, body = health(snapshot, self.server.monotonic())
+            self._send(status, body.encode(), "text/plain; charset=utf-8")
+        else:
+            self._send(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not events worth a journal line."""
+
+
+class MetricsServer:
+    """A bound listener; `start()` serves from a daemon thread, `close()` stops."""
+
+    def __init__(self, listen: Listen, source: str) -> None:
+        try:
+            infos = socket.getaddrinfo(
+                listen.host, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            raise UsageError(
+                f"{source} {listen}: cannot resolve {listen.host!r}: {reason}"
+            ) from None
+        family, _, _, _, address = infos[0]
+        try:
+            self._server = _Server((str(address[0]), int(address[1])), family)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise UsageError(
+                f"{source} {listen}: cannot listen: {reason.lower()}; pick another port"
+                " or stop what holds it"
+            ) from None
+        host, port = self._server.server_address[:2]
+        self.address = Listen(str(host), int(port))
+        self._thread: threading.Thread | None = None
+
+    def start(
+        self,
+        source: Callable[[], Snapshot | None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from wfsched.daemon.metrics_render import Renderer
+
+        self._server.source = source
+        self._server.monotonic = monotonic
+        self._server.renderer = Renderer()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="wfsched-metrics", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(5)
+        self._server.server_close()

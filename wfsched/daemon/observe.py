@@ -1,0 +1,31 @@
+"""What the supervisor tells an observer about the facts it commits.
+
+The supervisor calls these at the few places where it commits a fact (a
+schedule decided or blocked, a run launched or ended) and once per tick.
+This base class does nothing, so a supervisor without metrics pays a method
+call and no more; `wfsched.daemon.metrics.Metrics` is the real one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wfsched.store import Store
+
+
+class Observer:
+    def started(self, store: Store) -> None:
+        """Ownership taken, before recovery: derive what the store already holds."""
+
+    def ticked(self, seconds: float | None) -> None:
+        """A tick ended (None: a drain step, no tick duration to record)."""
+
+    def schedule_changed(self, schedule_id: str) -> None:
+        """The tick decided or blocked this schedule (next due, blocked...)."""
+
+    def run_launched(self, seq: int) -> None:
+        """An attempt of this run was marked running and its shim started."""
+
+    def run_ended(self, seq: int) -> None:
+        """This run's end (or interruption) was committed."""

@@ -1,0 +1,1812 @@
+"""`wfsched supervise`: owns the store, admits due occurrences, launches and
+watches runs, recovers after crashes, drains on SIGTERM (DESIGN 4, 5, 6).
+
+The loop gathers state from the store, asks `wfsched.domain.decisions` what to do,
+persists that in one transaction, and only then acts (run directories,
+launches). Every process operation goes through a `ProcessControl`, so the
+loop can be driven in tests with a fake launcher and an injected clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from wfsched.api.preflight import preflight
+from wfsched.api.views import DefinitionCache, record_entries, run_occurrence_id
+from wfsched.daemon.eventlog import EventLog
+from wfsched.daemon.hooks import FailureHooks, RunFacts
+from wfsched.daemon.observe import Observer
+from wfsched.daemon.sdnotify import Notifier
+from wfsched.daemon.wakeup import Waiter
+from wfsched.domain.calendar import CronCalendar, OneShotCalendar, calendar_for
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.decisions import Candidate, Decision, ScheduleView, decide
+from wfsched.domain.inputs import resolve_input
+from wfsched.domain.model import Definition
+from wfsched.domain.tickerrors import META_KEY, TickErrors, describe
+from wfsched.domain.timeutil import (
+    MAX_DURATION,
+    Clock,
+    format_event,
+    format_instant,
+    occurrence_id,
+    wall_clock,
+)
+from wfsched.errors import StoreConnectionLost, StoreUnavailable, WfschedError
+from wfsched.faults import FaultHook, no_fault
+from wfsched.process.launcher import (
+    AlreadyLaunched,
+    ExitRecord,
+    Launcher,
+    LauncherError,
+    LauncherLost,
+    LaunchSpec,
+    ProcessControl,
+    RecordError,
+    ShimHandle,
+)
+from wfsched.store import (
+    LOCK_NAME,
+    RequestRow,
+    RunRow,
+    ScheduleRow,
+    Store,
+    StoreLocation,
+    open_location,
+    resolve_store,
+    run_id,
+)
+from wfsched.store.ownership import Ownership
+from wfsched.store.resource_faults import classify
+from wfsched.store.rows import Invocation
+from wfsched.store.rundirs import (
+    NO_RESUME_INPUT,
+    RunDir,
+    attempt_record_dir,
+    prepare_record_dir,
+    record_dir,
+)
+from wfsched.store.runtime_file import FaultFile, fault_path
+
+ABANDONED = (
+    "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
+    " may have started, so external effects may already have happened. Not retried"
+)
+LAUNCH_CHUNK = 64
+OUTAGE_FIRST_RETRY = 0.5
+OUTAGE_MAX_RETRY = 10.0
+"""Seconds between reconnection attempts while the store is unreachable (doubling)."""
+RETENTION_BATCH = 50
+RETENTION_INTERVAL = 60.0
+_DURING_FAULTS = ("watch", "metrics")
+"""The phases that run through a store fault episode: taking the launcher's
+exit reports (no store write) and the metrics refresh (reads only; it keeps
+its last values when reads fail)."""
+PROBE_FREE_BYTES = 256 * 1024
+"""A full disk counts as cleared once this much is free again: SQLite can
+write into WAL space it already has, so one small write succeeding proves
+little, while an admission also writes the run's directory."""
+NOTIFY_TRIES = 5
+"""A failure notification whose preparation keeps failing is dropped (and
+logged) after this many ticks, so one broken definition cannot loop."""
+LAUNCHER_BACKOFF_FIRST = 0.1
+LAUNCHER_BACKOFF_MAX = 5.0
+"""Seconds between attempts to start a replacement launcher (doubling)."""
+NEVER_STARTED = "not started: its shim died before starting the command; the command never ran"
+REQUEST_TRIES = 5
+"""A request (trigger, resume, cancel) whose handling keeps failing is
+answered `refused`, with the error in words, after this many tries: retried
+forever it would be pending forever, and its operator would never learn why."""
+LOST_LAUNCH_TRIES = 3
+"""Launches of one attempt that may each lose the launcher having started
+nothing; the attempt then fails as never started (no replacement storm)."""
+_PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
+T = TypeVar("T")
+
+
+@dataclass
+class Watch:
+    """An attempt whose shim we are waiting on.
+
+    `handle` is None while the shim's pid is unknown (a launch whose reply
+    was lost: its launch lock says whether it lives). `spec` is set while
+    the attempt, marked in the store, waits for a launcher to be spawned.
+    `ending` is set once the attempt ended without a valid exit record: the
+    run is recorded only when its shim's session is empty (`kill_at`: when
+    SIGKILL follows the SIGTERM).
+    """
+
+    run_seq: int
+    schedule_id: str
+    attempt: int
+    record_dir: Path
+    handle: ShimHandle | None
+    adopted: bool
+    cancel_reason: str | None = None
+    spec: LaunchSpec | None = None
+    ending: tuple[str, str | None] | None = None
+    kill_at: float | None = None
+    killed: bool = False
+    lost_launch: bool = False
+    """Its launch was ambiguous and its launcher is known gone, so no record
+    and a free lock prove the command never started. (At recovery a crashed
+    supervisor's launcher may still be exiting: there it counts as abandoned.)"""
+    never_started: str = NEVER_STARTED
+    """The reason recorded when a lost launch proves to have started nothing."""
+    lost_launches: int = 0
+
+
+@dataclass
+class LauncherHealth:
+    """The launcher episode reported by `status` (`launcher`)."""
+
+    up: bool = True
+    since: float = 0.0
+    error: str | None = None
+    retry_at: float = 0.0  # time.monotonic() of the next start attempt
+    backoff: float = LAUNCHER_BACKOFF_FIRST
+
+
+@dataclass
+class Rejection:
+    """A preflight-rejected occurrence whose failure hook is owed."""
+
+    schedule_id: str
+    on_failure: tuple[str, ...] | None
+    instant: int
+    reason: str
+    tries: int = 0
+
+
+@dataclass
+class Notice:
+    """A failure hook owed for a run whose end is already committed."""
+
+    run: RunRow
+    attempt: int
+    reason: str
+    exit_code: int | None
+    tries: int = 0
+
+
+class Supervisor:
+    def __init__(
+        self,
+        store: Store,
+        config: SupervisorConfig,
+        control: ProcessControl,
+        *,
+        clock: Clock = wall_clock,
+        fault: FaultHook = no_fault,
+        log: Callable[..., None] | None = None,
+        notifier: Notifier | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.control = control
+        self.clock = clock
+        self.fault = fault
+        self.log = log or EventLog()
+        self.notifier = notifier or Notifier("")
+        self.observer = observer or Observer()
+        """Told of every committed fact (the metrics); a no-op by default."""
+        self.definitions = DefinitionCache()
+        self.fault_file = FaultFile(store.root)
+        self.hooks = FailureHooks(
+            control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
+        )
+        self.launcher = LauncherHealth(since=clock())
+        self._rejections: list[Rejection] = []
+        """Preflight rejections of the admission being decided (not committed)."""
+        self._rejected: list[Rejection] = []
+        """Committed preflight rejections whose failure hook is owed."""
+        self.watches: dict[int, Watch] = {}
+        self._pids: dict[int, int] = {}
+        self._reaped: set[int] = set()
+        """Watched runs whose shim was reaped but whose end is not committed
+        yet: the launcher reports a pid once, so a failed ingestion must
+        remember to read the exit record again next tick."""
+        self._notices: list[Notice] = []
+        self._request_tries: dict[int, int] = {}
+        """Failed tries per pending request (see REQUEST_TRIES)."""
+        self.errors = TickErrors()
+        self._focus: dict[str, Any] = {}
+        """What the current phase is working on (schedule, run, request), for
+        the log line if it fails."""
+        self._calendars: dict[str, tuple[int, CronCalendar | OneShotCalendar]] = {}
+        """Per schedule, the calendar of its current revision only: an edit
+        replaces the entry, so the cache never outgrows the schedules."""
+        self._round_robin_after = ""
+        self.owned_at: int | None = None
+        """When this supervisor took ownership (its first tick): instants due
+        up to then were missed while none ran (the startup rule); later ones
+        are judged by lateness, however long the store keeps failing."""
+        self._admission_failed = False
+        """The last admission phase did not commit: instants decided late now
+        were late because the store failed (`store-unavailable`)."""
+        self._waiter: Waiter | None = None
+        """Set while serving: the sleep between ticks (tests tick directly)."""
+        self._next_retention = 0.0
+        self._unlaunched = True
+        """Admitted runs may await launch (recovery's, a burst's later chunks)."""
+        self._hook_pids: list[int] = []
+        """Pids the launcher reported that are no runs' (hooks'), kept while
+        a store fault episode holds their outcomes back."""
+        self._deferred: list[tuple[str, dict[str, Any]]] | None = None
+        """Log lines of the admission transaction, written once it committed."""
+        self.draining = False
+        self.stop_requested = False
+        self.wake_now = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def announce(self) -> None:
+        now = self.clock()
+        with self.store.atomic():
+            self.store.set_meta(
+                pid=str(os.getpid()),
+                started_at=repr(now),
+                last_tick_at=repr(now),
+                poll_interval=repr(self.config.poll_interval),
+                max_concurrent_runs=str(self.config.max_concurrent_runs),
+                **{META_KEY: self.errors.to_meta()},
+            )
+            self._store_launcher_health()
+
+    def serve(self) -> None:
+        """Recover, then tick until asked to stop, then drain."""
+        self.announce()
+        self.observer.started(self.store)
+        self.recover()
+        # Opened now, while descriptors are to be had (see FaultFile).
+        self.fault_file.write(None)
+        self.notifier.send("READY=1", "STATUS=supervising")
+        self.log("started", pid=os.getpid(), store=self.store.display)
+        waiter = self._waiter = Waiter()
+        waiter.watch(self.control.fileno())
+        watchdog_due = time.monotonic()
+        while not self.stop_requested:
+            tick_started = time.monotonic()
+            try:
+                self.tick()
+                self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
+                if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
+                    self.notifier.send("WATCHDOG=1")
+                    watchdog_due = time.monotonic() + self.notifier.watchdog_interval
+                episode = self.errors.episode
+                timing: tuple[float, bool] | None
+                if episode is not None and episode.holds_store:
+                    left = max(0.0, episode.retry_at - self.clock())
+                    timing = (min(self.config.poll_interval, left), False)
+                else:
+                    timing = self._phase("next-due", self._sleep_seconds)
+                self._wait_until_due(waiter, *(timing or (self.config.poll_interval, False)))
+            except StoreConnectionLost as exc:
+                self.ride_out_outage(exc)
+        self.drain()
+        waiter.close()
+        self._waiter = None
+
+    def ride_out_outage(self, lost: StoreConnectionLost) -> None:
+        """The store's database went away (a networked store): reconnect with
+        backoff, take ownership again, then resynchronise from the store.
+
+        Nothing is admitted or launched meanwhile, and nothing after it rests
+        on what the supervisor believed before: a transaction whose COMMIT
+        failed may or may not have happened, so the store is read again (runs
+        marked running that no watch covers get recovery's verdict, admitted
+        runs are looked up again). Runs already executing go on; their exits
+        wait in their run directories. Another supervisor holding the store
+        by then is a ConflictError: this one stops."""
+        started = time.monotonic()
+        self.log("store-unavailable", reason=str(lost))
+        delay = OUTAGE_FIRST_RETRY
+        while not self.stop_requested:
+            self._wait(delay)
+            try:
+                self.store.reconnect()
+            except StoreConnectionLost:
+                delay = min(delay * 2, OUTAGE_MAX_RETRY)
+                continue
+            break
+        else:
+            return
+        self.log("store-reconnected", outage=f"{time.monotonic() - started:.3f}s")
+        self.resynchronise()
+
+    def resynchronise(self) -> None:
+        """After an outage: what the store says, not what memory says."""
+        self._unlaunched = True
+        for run in self.store.unfinished_runs():
+            if run.state == "running" and run.seq not in self.watches:
+                self._recover_running(run)
+
+    def request_stop(self, *_: Any) -> None:
+        """Signal handler: only sets the flag; the loop does the work."""
+        self.stop_requested = True
+
+    def _wait(self, timeout: float) -> None:
+        if self._waiter is not None and self._waiter.wait(timeout, self._stopping):
+            # Woken early by an exit or a signal: no precise sleep after it.
+            self.wake_now = True
+
+    def _stopping(self) -> bool:
+        return self.stop_requested
+
+    def _sleep_seconds(self) -> tuple[float, bool]:
+        """Until the next due instant, capped by the poll interval; and
+        whether that instant ends the sleep (rather than the poll interval).
+
+        While idle, the schedule due next gets its definition parsed and its
+        calendar built, so the tick at its instant admits without that cost.
+        """
+        if self.wake_now:
+            self.wake_now = False
+            return 0.0, False
+        timeout = self.config.poll_interval
+        if not self.launcher.up:
+            timeout = min(timeout, max(0.0, self.launcher.retry_at - time.monotonic()))
+        row = self.store.earliest_due_schedule()
+        if row is None or row.next_due is None:
+            return timeout, False
+        with contextlib.suppress(WfschedError, ValueError):
+            self._calendar(row, self.definitions.get(row))
+        until_due = row.next_due - self.clock()
+        return max(0.0, min(timeout, until_due)), until_due <= timeout
+
+    def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
+        """Sleep until the next tick; before a due instant, warm the disk (a
+        durable liveness stamp) and the fork server (a throwaway fork)."""
+        if waiter.wait_until_due(timeout, due, self._stopping, self._prewake):
+            self.wake_now = True
+
+    def _prewake(self) -> None:
+        self._phase("liveness", self._stamp, True)
+        self.control.warm()
+
+    # -- one tick -------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One pass over every phase. A phase that fails is logged, counted
+        and skipped; the others still run, and the next tick retries it
+        (each phase re-reads its work from the store or its retry list).
+
+        During a fault episode the tick first probes the resource (after
+        its backoff); while the store stays unusable it only watches the
+        runs: their exits wait on disk and in `_reaped` until they can be
+        recorded, and nothing is written or started meanwhile."""
+        if not self._store_usable():
+            self._phase("watch", self._collect_reaped)
+            return
+        now = self.clock()
+        if self.owned_at is None:
+            self.owned_at = int(now)
+        self._phase("ingestion", self.ingest_exits)
+        self._phase("requests", self.handle_requests)
+        if not self.draining:
+            self._phase("launch", self._launch_phase)
+            self._phase("admission", self.admit_due, now)
+        self._phase("notification", self.notify_failures)
+        self._phase("notification", self.notify_rejections)
+        if not self.draining:
+            self._phase("retention", self.retain, now)
+        self._phase("liveness", self._stamp)
+
+    def _phase(self, name: str, action: Callable[..., T], *args: Any) -> T | None:
+        """Run one phase; contain what it raises (a store error, a bug).
+
+        Whatever failed is retried by the next tick: an admission or a mark
+        rolled back as a whole, a reaped shim stays in `_reaped`, a notice
+        stays queued, and admitted runs are looked for again (a launch may
+        have failed after its admission committed).
+        """
+        episode = self.errors.episode
+        if episode is not None and episode.holds_store and name not in _DURING_FAULTS:
+            return None  # the probe alone writes the store until the fault clears
+        self._focus = {}
+        try:
+            return action(*args)
+        except StoreConnectionLost:
+            # Not a phase's failure: the store is gone for every phase. The
+            # loop stops the tick and rides the outage out (ride_out_outage).
+            raise
+        except Exception as exc:
+            self._unlaunched = True
+            if self._fault(name, exc):
+                return None
+            repeated = self.errors.record(name, exc, self._focus, self.clock())
+            if repeated:
+                about = {key: value for key, value in self._focus.items() if value is not None}
+                if repeated > 1:
+                    about["repeated"] = repeated
+                self.log("tick-error", phase=name, **about, reason=describe(exc))
+            return None
+        finally:
+            self._focus = {}
+
+    # -- resource faults ------------------------------------------------------------
+
+    def _fault(self, phase: str, exc: BaseException) -> bool:
+        """If `exc` is a resource fault, count it and open an episode (or go on
+        with the open one); False if it is another kind of error."""
+        fault = classify(exc, self.store.root)
+        if fault is None:
+            return False
+        now = self.clock()
+        episode = self.errors.open_episode(phase, fault.kind, str(fault), now)
+        if episode is None:
+            return True
+        if episode.holds_store:
+            # Instants decided late once it ends were late because of it.
+            self._admission_failed = True
+        self.log("fault", kind=fault.kind, phase=phase, reason=str(fault))
+        self.notifier.send(f"STATUS=fault since {format_event(now)}: {fault}")
+        problem = self.fault_file.write(episode.public())
+        if problem is not None:
+            self.log("fault-status-failed", reason=problem)
+        hook_dir = fault_path(self.store.root).with_name(
+            f"fault-hook-{os.getpid()}-{self.errors.episodes}"
+        )
+        self.hooks.fire_fault(fault.kind, str(fault), format_event(now) or "", hook_dir)
+        return True
+
+    def _store_usable(self) -> bool:
+        """No episode, or its probe just passed, or it holds launches only."""
+        episode = self.errors.episode
+        return episode is None or self._probe() or not episode.holds_store
+
+    def _probe(self) -> bool:
+        """Try the faulted resource again once the backoff allows: a file
+        descriptor, free space, then a durable write to the store. Ends the
+        episode (one log line with its duration) and returns True when all
+        work."""
+        episode = self.errors.episode
+        assert episode is not None
+        now = self.clock()
+        if now < episode.retry_at:
+            return False
+        try:
+            if not episode.holds_store:
+                self.control.probe_fork()
+            os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            if episode.kind == "disk-full":
+                space = os.statvfs(self.store.root)
+                if space.f_bavail * space.f_frsize < PROBE_FREE_BYTES:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.store.root))
+            self._stamp(durable=True)
+        except Exception as exc:
+            fault = classify(exc, self.store.root)
+            episode.failed_probe(str(fault) if fault else describe(exc), self.clock())
+            self.fault_file.write(episode.public())
+            return False
+        self._end_episode()
+        return True
+
+    def _end_episode(self) -> None:
+        now = self.clock()
+        ended = self.errors.close_episode(now)
+        if ended is None:
+            return
+        self.log(
+            "fault-cleared",
+            kind=ended.kind,
+            since=format_event(ended.since),
+            duration=f"{now - ended.since:.1f}s",
+            retries=ended.probes,
+        )
+        self.notifier.send("STATUS=supervising")
+        self.fault_file.write(None)
+        self._unlaunched = True
+        self.wake_now = True
+
+    def _note(self, event: str, **fields: Any) -> None:
+        """Log now, or after the admission transaction commits if one is
+        open: a log line states a committed fact, never a rolled-back one."""
+        if self._deferred is not None:
+            self._deferred.append((event, fields))
+        else:
+            self.log(event, **fields)
+
+    def _stamp(self, durable: bool = False) -> None:
+        """The liveness stamp `status` reads, with the contained-error counts."""
+        values = {"last_tick_at": repr(self.clock())}
+        if self.errors.changed:
+            values[META_KEY] = self.errors.to_meta()
+        if durable:
+            with self.store.atomic():
+                self.store.set_meta(**values)
+        else:
+            self.store.touch_meta(**values)
+        self.errors.changed = False
+
+    def retain(self, now: float) -> None:
+        """Automatic retention: a small bounded prune per call, at most once a
+        minute unless the last call left more, so history growth never
+        stalls a tick for long."""
+        if self.config.retention is None or now < self._next_retention:
+            return
+        from wfsched.api.retention import prune
+
+        # Set first: a prune that fails is retried in a minute, not every tick.
+        self._next_retention = now + RETENTION_INTERVAL
+        report = prune(
+            self.store, self.config.retention, now, max_batches=1, batch_size=RETENTION_BATCH
+        )
+        if report.removed_anything:
+            self.log(
+                "pruned",
+                runs=report.runs,
+                occurrences=report.occurrences,
+                dirs=report.run_dirs,
+                requests=report.requests,
+            )
+        for error in report.errors:
+            self.log("prune-failed", reason=error)
+        if report.more:
+            self._next_retention = now
+
+    def admit_due(self, now: float) -> None:
+        """Decide every due schedule in one transaction, then launch."""
+        instant_now = int(now)
+        late_reason = "store-unavailable" if self._admission_failed else "late"
+        self._admission_failed = True  # until this decision commits
+        self._rejections = []
+        self._deferred = []
+        try:
+            with self.store.atomic():
+                admitted = self._admit_in_transaction(now, instant_now, late_reason)
+            lines, self._deferred = self._deferred, None
+            for event, fields in lines:
+                self.log(event, **fields)
+        finally:
+            self._deferred = None
+        self._admission_failed = False
+        self._rejected.extend(self._rejections)  # committed: their hooks are owed
+        self._rejections = []
+        if admitted is None:
+            return  # the idle tick: one indexed query, nothing more
+        if admitted:
+            self.fault("after-admission-commit")
+        # A burst launches a chunk per tick: the first jobs start at once and
+        # the loop keeps ingesting exits and requests between chunks. A failed
+        # launch is the launch phase's: the admissions stand, launched later.
+        self._phase("launch", self.launch, admitted[:LAUNCH_CHUNK])
+        if len(admitted) > LAUNCH_CHUNK:
+            self.wake_now = True
+            self._unlaunched = True
+
+    def _admit_in_transaction(
+        self, now: float, instant_now: int, late_reason: str
+    ) -> list[int] | None:
+        """The decisions of one tick (None on an idle tick); the caller commits."""
+        rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
+        if not rows:
+            return None  # the idle tick: one indexed query, nothing more
+        admitted: list[int] = []
+        capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
+        budget = self.config.max_admissions_per_tick
+        active = self.store.active_run_counts([row.id for row in rows])
+        for row in rows:
+            if budget <= 0:
+                self.wake_now = True
+                break
+            runs = self._decide_one(
+                row, now, active.get(row.id, 0), capacity_left, budget, late_reason
+            )
+            admitted.extend(runs)
+            capacity_left -= len(runs)
+            budget -= len(runs)
+        self._focus = {}  # the commit is every schedule's
+        if admitted:
+            self.fault("before-admission-commit")
+        return admitted
+
+    def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:
+        """Round-robin: start after the schedule admitted last, for fairness
+        when capacity is scarce."""
+        after = [row for row in rows if row.id > self._round_robin_after]
+        return after + [row for row in rows if row.id <= self._round_robin_after]
+
+    def _decide_one(
+        self,
+        row: ScheduleRow,
+        now: float,
+        active: int,
+        capacity_left: int,
+        budget: int,
+        late_reason: str,
+    ) -> list[int]:
+        self._focus = {"schedule": row.id}
+        try:
+            with self.store.atomic():
+                defn = self.definitions.get(row)
+                view = ScheduleView(
+                    row.id,
+                    row.consumed_through,
+                    Candidate(row.candidate_at, row.candidate_why)
+                    if row.candidate_at is not None and row.candidate_why
+                    else None,
+                    defn.policy.overlap,
+                    defn.policy.max_active_runs,
+                    defn.policy.misfire,
+                    defn.policy.lateness,
+                )
+                decision = decide(
+                    view,
+                    self._calendar(row, defn),
+                    int(now),
+                    active=active,
+                    capacity_left=min(capacity_left, budget),
+                    owned_at=self.owned_at,
+                    late_reason=late_reason,
+                )
+                return self._persist(row, defn, decision, now)
+        except (StoreUnavailable, StoreConnectionLost):
+            raise  # a resource fault or a lost store is the tick's, never this schedule's
+        except (WfschedError, ValueError, KeyError, TypeError) as exc:
+            self.block(row.id, f"cannot decide: {exc}")
+            return []
+
+    def _persist(
+        self, row: ScheduleRow, defn: Definition, decision: Decision, now: float
+    ) -> list[int]:
+        record_entries(self.store, row.id, row.revision, decision.entries, now)
+        for entry in decision.entries:
+            self._note(
+                entry.state, schedule=row.id, at=format_instant(entry.at), reason=entry.reason
+            )
+        admitted = []
+        for instant, _why in decision.admit:
+            seq = self._admit(row, defn, instant, now)
+            if seq is not None:
+                admitted.append(seq)
+        if decision.blocked:
+            self._note("blocked", schedule=row.id, reason=decision.blocked)
+        self.store.update_schedule(
+            row.id,
+            consumed_through=decision.consumed_through,
+            candidate_at=decision.candidate.at if decision.candidate else None,
+            candidate_why=decision.candidate.why if decision.candidate else None,
+            next_due=decision.next_due,
+            exhausted=int(decision.exhausted),
+            blocked_reason=decision.blocked,
+        )
+        self.observer.schedule_changed(row.id)
+        if admitted:
+            self._round_robin_after = row.id
+        return admitted
+
+    def _admit(self, row: ScheduleRow, defn: Definition, instant: int, now: float) -> int | None:
+        """Freeze the invocation and write the run and its admitted row, or
+        record preflight-rejected: no run is invented for a rejected start."""
+        seq = self._freeze(row, defn, instant, "scheduled", now)
+        if isinstance(seq, str):
+            reason = seq
+            self.store.insert_occurrence(
+                row.id, instant, "preflight-rejected", row.revision, now, reason=reason
+            )
+            self._note(
+                "preflight-rejected", schedule=row.id, at=format_instant(instant), reason=reason
+            )
+            # Alerted after the commit: a rejected start is a failure too.
+            self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
+            return None
+        self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
+        self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
+        return seq
+
+    def _freeze(
+        self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
+    ) -> int | str:
+        """The one way a run is made, scheduled or manual: resolve its inputs,
+        preflight its command, then insert the run with its invocation frozen.
+        The run's seq, or why it cannot start (a str): then nothing is written.
+        A manual run has no occurrence: its `occurrence_id` binding is JSON null."""
+        occurrence = None if kind == "manual" else occurrence_id(row.id, instant)
+        reason, document = self._resolve(defn, row.id, occurrence, instant)
+        if reason is None:
+            reason = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
+        if reason is not None:
+            return reason
+        invocation = _invocation(defn, document)
+        return self.store.insert_run(row.id, kind, instant, row.revision, invocation, now)
+
+    @staticmethod
+    def _resolve(
+        defn: Definition, schedule_id: str, occurrence: str | None, instant: int
+    ) -> tuple[str | None, Any]:
+        try:
+            document = resolve_input(
+                defn.inputs,
+                schedule_id=schedule_id,
+                occurrence_id=occurrence,
+                scheduled_at=format_instant(instant) or "",
+            )
+        except WfschedError as exc:
+            return f"input: {exc}", None
+        return None, document
+
+    def _calendar(self, row: ScheduleRow, defn: Definition) -> CronCalendar | OneShotCalendar:
+        cached = self._calendars.get(row.id)
+        if cached is not None and cached[0] == row.revision:
+            return cached[1]
+        cal = calendar_for(defn.trigger)
+        self._calendars[row.id] = (row.revision, cal)
+        return cal
+
+    def block(self, schedule_id: str, reason: str) -> None:
+        """Fail closed: stop admitting for this schedule, visibly, until an
+        operator resumes it. Never silently cleared."""
+        with self.store.atomic():
+            self.store.update_schedule(schedule_id, blocked_reason=reason, next_due=None)
+        self.observer.schedule_changed(schedule_id)
+        self._note("blocked", schedule=schedule_id, reason=reason)
+
+    # -- launching ------------------------------------------------------------------
+
+    def _launch_phase(self) -> None:
+        """A launcher that could not be replaced is tried again (backoff);
+        attempts marked while none was up are spawned; then admitted runs."""
+        self._revive_launcher()
+        self._spawn_waiting()
+        self.launch_admitted()
+
+    def launch_admitted(self) -> None:
+        """Admitted runs not yet launched (left by recovery or by a chunked
+        burst): through capacity, except manual runs, which bypass it."""
+        if not self._unlaunched:
+            return
+        pending = self.store.admitted_runs()
+        if not pending:
+            self._unlaunched = False
+            return
+        room = self.config.max_concurrent_runs - self.store.scheduled_running_count()
+        chosen: list[int] = []
+        for run in pending:
+            if len(chosen) == LAUNCH_CHUNK:
+                self.wake_now = True
+                break
+            if run.attempt:
+                # Records that contradict each other (recovery blocked the
+                # schedule, and a `resume` cleared it): launching would
+                # collide with the attempt rows, so it blocks again, and the
+                # run waits for `runs cancel`.
+                if self._schedule_usable(run.schedule_id):
+                    self.block(run.schedule_id, f"{run.run_id} is admitted but has attempts")
+                continue
+            if run.is_manual:
+                chosen.append(run.seq)
+            elif room > 0 and self._schedule_usable(run.schedule_id):
+                chosen.append(run.seq)
+                room -= 1
+        self.launch(chosen)
+
+    def _schedule_usable(self, schedule_id: str) -> bool:
+        row = self.store.get_schedule(schedule_id)
+        return row is not None and not row.blocked_reason
+
+    def launch(
+        self,
+        seqs: list[int],
+        attempt: int = 1,
+        resume_input: Any = NO_RESUME_INPUT,
+        answer: RequestRow | None = None,
+    ) -> None:
+        """Run directory, then the durable attempt mark, then the shim.
+
+        A resume request is answered inside the mark's transaction: a crash
+        before it leaves the request pending (acted on after the restart),
+        never answered "done" for an attempt that was not marked. With no
+        launcher up, nothing is marked: admitted runs stay admitted (durable)
+        and launch once a launcher is back; a resume request stays pending.
+        """
+        if not seqs:
+            return
+        if self.errors.episode is not None:
+            # Nothing starts that cannot be recorded (or cannot be forked):
+            # the runs stay admitted and launch once the episode ends.
+            self._unlaunched = True
+            return
+        self._focus = {
+            "runs": ",".join(run_id(seq) for seq in seqs),
+            "request": answer.seq if answer else None,
+        }
+        if not self.launcher.up:
+            self._unlaunched = True
+            return
+        runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
+        prepared: list[tuple[RunRow, Invocation, RunDir]] = []
+        failure: Exception | None = None
+        for run in runs:
+            # One run that cannot be prepared (or failed) never holds up the rest.
+            try:
+                invocation = run.frozen
+                rundir = RunDir(self.store.runs_dir, run.run_id)
+                try:
+                    rundir.prepare(invocation.input)
+                    rundir.prepare_attempt(attempt, resume_input)
+                    prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
+                except Exception as exc:
+                    if classify(exc, self.store.root) is not None:
+                        raise  # a full or read-only disk: not this run's fault
+                    why = f"cannot prepare its directories: {describe(exc)}"
+                    self._unprepared(run, attempt, answer, why)
+                    continue
+            except Exception as exc:
+                if classify(exc, self.store.root) is not None:
+                    # A fault episode: nothing is marked, every run stays
+                    # admitted and launches once it ends.
+                    raise
+                failure = failure or exc  # left as it was: retried next tick
+                continue
+            prepared.append((run, invocation, rundir))
+        if not prepared:
+            if failure is not None:
+                raise failure
+            return
+        self.fault("after-run-dir" if attempt == 1 else "before-resume-mark")
+        started = self.clock()
+        with self.store.atomic():
+            for run, _, _ in prepared:
+                self.store.insert_attempt(run.seq, attempt, started)
+                # The previous attempt's reason and exit code stay on its
+                # attempt row; the run reports none while this one runs.
+                self.store.update_run(
+                    run.seq,
+                    state="running",
+                    started_at=run.started_at or started,
+                    attempt=attempt,
+                    reason=None,
+                    exit_code=None,
+                )
+                if answer is not None:
+                    self.store.finish_request(
+                        answer.seq, "done", f"{run.run_id} attempt {attempt}", started
+                    )
+        # From the mark on, every attempt is watched until its end is recorded:
+        # whatever fails from here is settled per run, as a lost launch is.
+        watches = [
+            Watch(
+                run.seq,
+                run.schedule_id,
+                attempt,
+                attempt_record_dir(self.store.root, run.run_id, attempt),
+                None,
+                False,
+            )
+            for run, _, _ in prepared
+        ]
+        try:
+            self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
+        except Exception as exc:
+            for watch in watches:
+                self._launch_failed(watch, exc)
+            raise
+        handles: list[tuple[int, ShimHandle]] = []
+        for (run, invocation, rundir), watch in zip(prepared, watches, strict=True):
+            try:
+                spec = self._spec(
+                    run, invocation, rundir, attempt, resume_input is not NO_RESUME_INPUT
+                )
+                handle = self._spawn(run, watch, spec)
+            except Exception as exc:
+                failure = failure or exc
+                handle = self._launch_failed(watch, exc)
+            if handle is not None:
+                handles.append((run.seq, handle))
+        self._store_handles(handles)
+        if failure is not None:
+            raise failure  # counted and logged by the phase; every run is settled
+        self.fault("after-spawn")
+
+    def _launch_failed(self, watch: Watch, exc: Exception) -> ShimHandle | None:
+        """Settle an attempt whose launch raised after its mark committed, the
+        way a lost launch is: watched (never dropped, never spawned again) and
+        polled by ingestion, which adopts a shim its launch lock or started
+        record shows, records an exit record, or, with neither, records the
+        attempt failed as never started, naming the error. No store, no log:
+        this must not fail itself."""
+        watch.spec = None
+        watch.adopted = True
+        if watch.handle is None:
+            watch.lost_launch = True
+            if watch.never_started == NEVER_STARTED:
+                watch.never_started = (
+                    f"not started: its launch failed ({describe(exc)}); the command never ran"
+                )
+        self._watch(watch)
+        self.wake_now = True
+        return watch.handle
+
+    def _unprepared(
+        self, run: RunRow, attempt: int, answer: RequestRow | None, reason: str
+    ) -> None:
+        """Something (a job) left files where this launch writes its own: fail
+        closed for this run, never the tick. A first attempt fails (nothing
+        was started); a resume is refused and the run stays interrupted."""
+        if attempt > 1:
+            if answer is not None:
+                self._answer(answer, "refused", reason)
+            return
+        now = self.clock()
+        with self.store.atomic():
+            self._mark_failed(run.seq, None, reason, now)
+        self.observer.run_ended(run.seq)
+        self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
+        self._notices.append(Notice(run, attempt, reason, None))
+
+    def _store_handles(self, handles: list[tuple[int, ShimHandle]]) -> None:
+        if not handles:
+            return
+        with self.store.atomic():
+            for seq, handle in handles:
+                watch = self.watches.get(seq)
+                if watch is not None:
+                    self.store.update_attempt(
+                        seq, watch.attempt, shim_pid=handle.pid, shim_start_time=handle.start_time
+                    )
+
+    def _spec(
+        self,
+        run: RunRow,
+        invocation: Invocation,
+        rundir: RunDir,
+        attempt: int,
+        resumed: bool,
+    ) -> LaunchSpec:
+        env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
+        env.update(invocation.env)
+        env.update(
+            WFSCHED_SCHEDULE_ID=run.schedule_id,
+            WFSCHED_OCCURRENCE_ID=run_occurrence_id(run) or "",
+            WFSCHED_SCHEDULED_AT=format_instant(run.scheduled_at) or "",
+            WFSCHED_RUN_ID=run.run_id,
+            WFSCHED_ATTEMPT=str(attempt),
+            WFSCHED_RUN_DIR=str(rundir.path),
+            WFSCHED_STATE_DIR=str(rundir.state_dir),
+            WFSCHED_INPUT=str(rundir.input_path),
+        )
+        stdin = rundir.input_path
+        if resumed:
+            stdin = rundir.resume_input_path(attempt)
+            env["WFSCHED_RESUME_INPUT"] = str(stdin)
+        return LaunchSpec(
+            run_id=run.run_id,
+            attempt=attempt,
+            argv=tuple(invocation.command),
+            cwd=invocation.cwd,
+            env=env,
+            stdin_path=str(stdin),
+            attempt_dir=str(rundir.attempt_dir(attempt)),
+            record_dir=str(attempt_record_dir(self.store.root, run.run_id, attempt)),
+            timeout=invocation.timeout,
+            kill_grace=invocation.kill_grace,
+            max_log_bytes=self.config.max_log_bytes,
+        )
+
+    def _spawn(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
+        """Start the attempt's shim, or leave it waiting for a launcher.
+
+        A launcher lost during the request is an ambiguous launch: once the
+        old server is gone (nothing more of it can fork), the attempt's
+        launch lock and records say what was started, and that is adopted;
+        only an attempt of which nothing started is spawned again.
+        """
+        self._watch(watch)
+        if not self.launcher.up:
+            watch.spec = spec
+            return None
+        try:
+            handle = self.control.spawn(spec)
+        except LauncherLost as exc:
+            self._replace_launcher(exc)
+            return self._settle_lost_launch(run, watch, spec)
+        except AlreadyLaunched:
+            return self._settle_lost_launch(run, watch, spec)
+        except OSError as exc:
+            # A fork or descriptor limit opens an episode that holds later
+            # launches (first: recording this run may fail in the same fault).
+            self._fault("launch", exc)
+            self._finish_unlaunched(run, watch, f"could not start the shim: {exc}")
+            return None
+        except Exception as exc:
+            # Not a launcher error: whether the server handled the request is
+            # unknown, so it is replaced (nothing of the old one can fork any
+            # more) and the caller settles the attempt as a lost launch.
+            self._replace_launcher(exc)
+            raise
+        watch.spec = None
+        self._set_handle(watch, handle)
+        self.observer.run_launched(run.seq)
+        self.log("started", run=run.run_id, schedule=run.schedule_id, attempt=watch.attempt)
+        return handle
+
+    def _settle_lost_launch(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
+        record_dir = str(watch.record_dir)
+        try:
+            locked = self.control.launch_locked(record_dir)
+            handle = self.control.read_shim(record_dir)
+            finished = self.control.read_exit(record_dir) is not None
+        except RecordError:
+            locked, handle, finished = True, None, True  # let ingestion fail it closed
+        if not (locked or handle or finished):
+            # Lock free and no started record: its command never started.
+            watch.lost_launches += 1
+            if watch.lost_launches >= LOST_LAUNCH_TRIES:
+                # A launch that kills every launcher: stop replacing them.
+                reason = (
+                    f"not started: the launcher was lost {watch.lost_launches} times while"
+                    " launching it; the command never ran"
+                )
+                self._finish_unlaunched(run, watch, reason)
+                return None
+            self.log("launch-retried", run=run.run_id, reason="the lost launcher started nothing")
+            watch.spec = spec
+            if self.launcher.up:
+                self._unwatch(run.seq)
+                return self._spawn(run, watch, spec)
+            return None
+        watch.adopted = watch.lost_launch = True
+        if handle is not None:
+            self._set_handle(watch, handle)
+        self.log("adopted", run=run.run_id, schedule=run.schedule_id, attempt=watch.attempt)
+        return handle
+
+    def _spawn_waiting(self) -> None:
+        """Attempts marked while no launcher was up: spawn them now."""
+        if not self.launcher.up:
+            return
+        waiting = [watch for watch in self.watches.values() if watch.spec is not None]
+        handles = []
+        failure: Exception | None = None
+        for watch in waiting:
+            run = self.store.get_run(watch.run_seq)
+            spec = watch.spec
+            if run is None or spec is None:
+                continue
+            self._unwatch(watch.run_seq)
+            try:
+                handle = self._spawn(run, watch, spec)
+            except Exception as exc:
+                failure = failure or exc
+                handle = self._launch_failed(watch, exc)
+            if handle is not None:
+                handles.append((run.seq, handle))
+        self._store_handles(handles)
+        if failure is not None:
+            raise failure
+
+    def _set_handle(self, watch: Watch, handle: ShimHandle) -> None:
+        watch.handle = handle
+        self._pids[handle.pid] = watch.run_seq
+
+    def _replace_launcher(self, exc: Exception) -> None:
+        """The fork server died: wait for it to be gone, start a new one (it
+        closes every inherited descriptor, lock and database included) and
+        poll the shims the old one would have reported, as after a restart.
+        A new server that cannot start is retried with backoff (`tick`)."""
+        self.log("launcher-lost", reason=str(exc))
+        for watch in self.watches.values():
+            watch.adopted = True
+        self.hooks.orphaned()
+        if self._waiter is not None:
+            self._waiter.unwatch(self.control.fileno())
+        self.control.stop()
+        self.launcher = LauncherHealth(up=False, since=self.clock(), error=str(exc))
+        self._start_launcher()
+
+    def _revive_launcher(self) -> None:
+        if not self.launcher.up and time.monotonic() >= self.launcher.retry_at:
+            self._start_launcher()
+
+    def _start_launcher(self) -> None:
+        try:
+            self.control.start()
+        except OSError as exc:  # LauncherError, or no pipe/fd to start one with
+            health = self.launcher
+            health.error = str(exc)
+            health.retry_at = time.monotonic() + health.backoff
+            self.log("launcher-down", reason=str(exc), retry_in=round(health.backoff, 3))
+            health.backoff = min(health.backoff * 2, LAUNCHER_BACKOFF_MAX)
+            self._store_launcher_health()
+            return
+        if self._waiter is not None:
+            self._waiter.watch(self.control.fileno())
+        down_since = self.launcher.since
+        self.launcher = LauncherHealth(up=True, since=self.clock(), error=self.launcher.error)
+        self.log("launcher-up", down_for=round(self.launcher.since - down_since, 3))
+        self._store_launcher_health()
+        self._unlaunched = True
+        self.wake_now = True
+
+    def _store_launcher_health(self) -> None:
+        health = self.launcher
+        with self.store.atomic():
+            self.store.set_meta(
+                launcher_state="up" if health.up else "down",
+                launcher_since=repr(health.since),
+                launcher_error=health.error or "",
+            )
+
+    def _watch(self, watch: Watch) -> None:
+        self.watches[watch.run_seq] = watch
+        if watch.handle is not None:
+            self._set_handle(watch, watch.handle)
+
+    def _unwatch(self, seq: int) -> None:
+        self._reaped.discard(seq)
+        watch = self.watches.pop(seq, None)
+        if watch is not None and watch.handle is not None:
+            self._pids.pop(watch.handle.pid, None)
+
+    def _mark_failed(self, run_seq: int, attempt: int | None, reason: str, now: float) -> None:
+        """Write a run failed for `reason`, with its attempt row when there is
+        one (`attempt` None: none was marked). Inside the caller's transaction."""
+        if attempt is not None:
+            self.store.update_attempt(
+                run_seq, attempt, state="failed", finished_at=now, reason=reason
+            )
+        self.store.update_run(run_seq, state="failed", reason=reason, finished_at=now)
+
+    def _finish_unlaunched(self, run: RunRow, watch: Watch, reason: str) -> None:
+        """Record an attempt no shim was started for. Unwatched only once
+        that is committed: if the commit fails, the watch stays and the
+        caller settles it (ingestion records it, with this reason)."""
+        watch.never_started = reason
+        now = self.clock()
+        with self.store.atomic():
+            self._mark_failed(run.seq, watch.attempt, reason, now)
+        self._unwatch(run.seq)
+        self._notices.append(Notice(run, watch.attempt, reason, None))
+        self.observer.run_ended(run.seq)
+        self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
+
+    # -- exits --------------------------------------------------------------------
+
+    def ingest_exits(self) -> None:
+        """Exit records of shims the fork server reaped, plus a look at every
+        adopted shim (not our grandchild, so nobody reports its end). All
+        endings found in one tick are recorded in one transaction."""
+        self._collect_reaped()
+        endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
+        corrupt: list[tuple[str, str]] = []
+        for seq, watch in list(self.watches.items()):
+            polled = watch.adopted or watch.ending is not None
+            if watch.spec is not None or (seq not in self._reaped and not polled):
+                continue
+            self._focus = {"run": run_id(seq), "schedule": watch.schedule_id}
+            ending = self._examine(watch, seq in self._reaped)
+            if ending is None:
+                continue
+            record, failure, block = ending
+            endings.append((watch, record, failure))
+            if block is not None:
+                corrupt.append((watch.schedule_id, f"{run_id(seq)}: {block}"))
+        if not endings:
+            return
+        self._focus = {"runs": ",".join(run_id(watch.run_seq) for watch, _, _ in endings)}
+        if any(record is not None for _, record, _ in endings):
+            self.fault("before-ingest")
+        self._conclude_all(endings)
+        if any(record is not None for _, record, _ in endings):
+            self.fault("after-ingest")
+        for schedule_id, reason in corrupt:
+            self.block(schedule_id, reason)
+
+    def _collect_reaped(self) -> None:
+        """Take the pids the fork server reaped. Needs no store, so it runs
+        through a fault episode too: the exit records wait on disk, the
+        reaped runs in `_reaped`, until their ends can be committed."""
+        drained: list[int] = []
+        if self.launcher.up:
+            try:
+                drained = self.control.drain_exits()
+            except LauncherError as exc:
+                self._replace_launcher(exc)
+        # Remembered before anything else can fail: the launcher never
+        # reports these pids again. (Hooks' pids are never in _pids.)
+        self._reaped.update(self._pids[pid] for pid in drained if pid in self._pids)
+        self._hook_pids.extend(pid for pid in drained if pid not in self._pids)
+        episode = self.errors.episode
+        if episode is not None and episode.holds_store:
+            return  # hook outcomes are store rows: recorded once it answers
+        pids, self._hook_pids = self._hook_pids, []
+        self.hooks.reaped(pids)
+
+    def _examine(
+        self, watch: Watch, reaped: bool
+    ) -> tuple[ExitRecord | None, str | None, str | None] | None:
+        """How the attempt ended: (exit record, failure reason, block reason),
+        or None while it runs (or while what is left of it is terminated).
+
+        Never raises for a bad record: an unreadable one fails the run closed,
+        naming the record and the error, and blocks its schedule. An attempt
+        that ended without a valid exit record is recorded only once its
+        shim's session is empty (terminated with the run's kill_grace).
+        """
+        if watch.ending is None:
+            try:
+                found = self._look(watch, reaped)
+            except (StoreUnavailable, StoreConnectionLost):
+                raise
+            except (RecordError, OSError) as exc:
+                if isinstance(exc, OSError) and classify(exc, self.store.root) is not None:
+                    raise  # a fault episode (no descriptor, EIO): read again later
+                reason = f"unreadable records: {exc}"
+                found = (None, reason, reason)
+            if found is None or found[0] is not None:
+                return found
+            _, failure, block = found
+            watch.ending = (failure or ABANDONED, block)
+        failure, block = watch.ending
+        if self._terminated(watch):
+            return None, failure, block
+        return None
+
+    def _look(
+        self, watch: Watch, reaped: bool
+    ) -> tuple[ExitRecord | None, str | None, str | None] | None:
+        record_dir = str(watch.record_dir)
+        record = self.control.read_exit(record_dir)
+        if record is not None:
+            return record, None, None
+        if watch.handle is None:
+            handle = self.control.read_shim(record_dir)
+            if handle is not None:
+                self._set_handle(watch, handle)
+                if watch.cancel_reason is not None:
+                    self.control.cancel(handle)
+        if not reaped and self._alive(watch):
+            return None
+        # Gone: its exit record may have landed between the first read and now.
+        record = self.control.read_exit(record_dir)
+        if record is not None:
+            return record, None, None
+        never = watch.lost_launch and watch.handle is None
+        if never and self.control.read_shim(record_dir) is None:
+            return None, watch.never_started, None
+        return None, ABANDONED, None
+
+    def _alive(self, watch: Watch) -> bool:
+        if watch.handle is not None and self.control.alive(watch.handle):
+            return True
+        return self.control.launch_locked(str(watch.record_dir))
+
+    def _terminated(self, watch: Watch) -> bool:
+        """Whether nothing of the attempt's session is left; if something is,
+        terminate it as a timeout would (SIGTERM, kill_grace, SIGKILL), and
+        the run keeps its slots meanwhile."""
+        if watch.handle is None:
+            return True  # no shim ever started a command
+        sid = watch.handle.pid
+        now = time.monotonic()
+        if watch.kill_at is None:
+            if not self.control.signal_session(watch.handle, signal.SIGTERM):
+                return True
+            run = self.store.get_run(watch.run_seq)
+            grace = run.frozen.kill_grace if run is not None else 0
+            watch.kill_at = now + grace
+            self.log("terminating", run=run_id(watch.run_seq), session=sid, grace=grace)
+            return False
+        if now >= watch.kill_at:
+            watch.killed = True
+        signum = signal.SIGKILL if watch.killed else 0
+        return not self.control.signal_session(watch.handle, signum)
+
+    def _conclude(self, watch: Watch, record: ExitRecord | None, failure: str | None) -> None:
+        self._conclude_all([(watch, record, failure)])
+
+    def _conclude_all(self, endings: list[tuple[Watch, ExitRecord | None, str | None]]) -> None:
+        """Record how attempts ended (one transaction), then log and alert."""
+        ended: list[tuple[Watch, RunRow, str, str | None, int | None]] = []
+        with self.store.atomic():
+            for watch, record, failure in endings:
+                run = self.store.get_run(watch.run_seq)
+                # An attempt whose end is already recorded (a launch failure
+                # settled after its record committed) is not recorded twice.
+                if run is not None and run.state == "running" and run.attempt == watch.attempt:
+                    state, reason, exit_code = self._record_end(run, watch, record, failure)
+                    ended.append((watch, run, state, reason, exit_code))
+        for watch, *_ in endings:
+            self._unwatch(watch.run_seq)
+        self.wake_now = True
+        for watch, run, state, reason, exit_code in ended:
+            self.observer.run_ended(run.seq)
+            self.log(
+                state, run=run.run_id, schedule=run.schedule_id, exit_code=exit_code, reason=reason
+            )
+            # An operator's own `runs cancel` needs no alert; every other failure
+            # (exit status, signal, timeout, drain, abandonment) gets one.
+            if state == "failed" and watch.cancel_reason != "cancelled":
+                self._notices.append(Notice(run, watch.attempt, reason or "failed", exit_code))
+
+    def _record_end(
+        self, run: RunRow, watch: Watch, record: ExitRecord | None, failure: str | None
+    ) -> tuple[str, str | None, int | None]:
+        invocation = run.frozen
+        exit_code: int | None = None
+        finished = self.clock()
+        reason: str | None
+        if record is not None and record.attempt != watch.attempt:
+            state = "failed"
+            reason = (
+                f"ambiguous: exit record of attempt {record.attempt} under active attempt"
+                f" {watch.attempt}; not retried"
+            )
+        elif record is not None:
+            exit_code, finished = record.exit_code, record.finished_at
+            state, reason = _outcome(record, invocation.interrupt_exit_code)
+            if state == "failed" and record.outcome == "cancelled" and watch.cancel_reason:
+                reason = watch.cancel_reason
+        else:
+            state, reason = "failed", failure
+        self.store.update_attempt(
+            run.seq,
+            watch.attempt,
+            state=state,
+            finished_at=finished,
+            exit_code=exit_code,
+            reason=reason,
+        )
+        self.store.update_run(
+            run.seq,
+            state=state,
+            reason=reason,
+            exit_code=exit_code,
+            finished_at=None if state == "interrupted" else finished,
+        )
+        return state, reason, exit_code
+
+    def notify_failures(self) -> None:
+        """Fire the hooks owed for failed runs (their ends are committed, so
+        a failure here never re-records an exit). A notice whose hook could
+        not be prepared is retried next tick, up to NOTIFY_TRIES times."""
+        notices, self._notices = self._notices, []
+        for index, notice in enumerate(notices):
+            self._focus = {"run": notice.run.run_id, "schedule": notice.run.schedule_id}
+            try:
+                self._notify_failure(notice.run, notice.attempt, notice.reason, notice.exit_code)
+            except Exception as exc:
+                # The rest go first next tick; this error is the phase's.
+                self._notices = notices[index + 1 :]
+                notice.tries += 1
+                if notice.tries < NOTIFY_TRIES:
+                    self._notices.append(notice)
+                else:
+                    self.log(
+                        "notify-failed",
+                        run=notice.run.run_id,
+                        reason=f"gave up after {NOTIFY_TRIES} tries: {describe(exc)}",
+                    )
+                raise
+
+    def _notify_failure(
+        self, run: RunRow, attempt: int, reason: str, exit_code: int | None
+    ) -> None:
+        self.fault("before-notify")
+        row = self.store.get_schedule(run.schedule_id)
+        argv = self.definitions.get(row).on_failure if row is not None else None
+        self.hooks.fire(
+            RunFacts(
+                run_id=run.run_id,
+                schedule_id=run.schedule_id,
+                occurrence_id=run_occurrence_id(run) or "",
+                scheduled_at=format_instant(run.scheduled_at) or "",
+                attempt=attempt,
+                state="failed",
+                reason=reason,
+                exit_code=exit_code,
+                run_dir=RunDir(self.store.runs_dir, run.run_id).path,
+                record_dir=record_dir(self.store.root, run.run_id, f"notify-{attempt}"),
+                run_seq=run.seq,
+                scheduled_epoch=run.scheduled_at,
+            ),
+            argv,
+        )
+
+    def notify_rejections(self) -> None:
+        """Fire the hooks owed for committed preflight rejections (a rejected
+        start is a failure to the operator); retried like `notify_failures`."""
+        while self._rejected:
+            rejection = self._rejected.pop(0)
+            occurrence = occurrence_id(rejection.schedule_id, rejection.instant)
+            self._focus = {"schedule": rejection.schedule_id, "occurrence": occurrence}
+            try:
+                self.hooks.fire(
+                    RunFacts(
+                        run_id="",
+                        schedule_id=rejection.schedule_id,
+                        occurrence_id=occurrence,
+                        scheduled_at=format_instant(rejection.instant) or "",
+                        attempt=0,
+                        state="preflight-rejected",
+                        reason=rejection.reason,
+                        exit_code=None,
+                        run_dir=None,
+                        record_dir=record_dir(self.store.root, "notify", occurrence),
+                        scheduled_epoch=rejection.instant,
+                        hook_dir=self.store.root / "notify" / occurrence,
+                    ),
+                    rejection.on_failure,
+                )
+            except Exception as exc:
+                rejection.tries += 1
+                if rejection.tries < NOTIFY_TRIES:
+                    self._rejected.append(rejection)
+                else:
+                    self.log(
+                        "notify-failed",
+                        run=occurrence,
+                        reason=f"gave up after {NOTIFY_TRIES} tries: {describe(exc)}",
+                    )
+                raise
+
+    # -- requests from the CLI ------------------------------------------------------
+
+    def handle_requests(self) -> None:
+        """Each pending request on its own, oldest first: one that fails is a
+        contained `requests` error and is retried next tick, while the others
+        are still answered (a cancel must not wait behind a broken resume)."""
+        pending = self.store.pending_requests()
+        waiting = {request.seq for request in pending}
+        self._request_tries = {
+            seq: tries for seq, tries in self._request_tries.items() if seq in waiting
+        }
+        for request in pending:
+            self._phase("requests", self._handle_request, request)
+
+    def _handle_request(self, request: RequestRow) -> None:
+        self._focus = {
+            "request": request.seq,
+            "kind": request.kind,
+            "schedule": request.schedule_id,
+            "run": run_id(request.run_seq) if request.run_seq else None,
+        }
+        handler = {
+            "trigger": self._trigger,
+            "resume": self._resume,
+            "cancel": self._cancel,
+        }[request.kind]
+        try:
+            handler(request)
+        except Exception as exc:
+            if classify(exc, self.store.root) is not None:
+                raise  # a resource fault is an episode, not this request's try
+            tries = self._request_tries[request.seq] = self._request_tries.get(request.seq, 0) + 1
+            current = self.store.get_request(request.seq)
+            if tries >= REQUEST_TRIES and current is not None and current.state == "pending":
+                # The answer is written first: if the store refuses it too,
+                # the request stays pending and is tried again next tick. One
+                # already answered (a resume's mark answers it) keeps its answer.
+                reason = f"could not be carried out ({tries} tries): {describe(exc)}"
+                self._answer(request, "refused", reason)
+                del self._request_tries[request.seq]
+                self.log("request-refused", request=request.seq, kind=request.kind, reason=reason)
+            raise
+        self._request_tries.pop(request.seq, None)
+
+    def _answer(self, request: RequestRow, state: str, result: str) -> None:
+        with self.store.atomic():
+            self.store.finish_request(request.seq, state, result, self.clock())
+
+    def _trigger(self, request: RequestRow) -> None:
+        if self.draining:
+            self._answer(request, "refused", "the supervisor is shutting down; trigger again")
+            return
+        now = self.clock()
+        with self.store.atomic():
+            row = self.store.get_schedule(request.schedule_id or "")
+            if row is None or row.deleted_at is not None:
+                self.store.finish_request(
+                    request.seq, "refused", f"schedule {request.schedule_id!r} is deleted", now
+                )
+                return
+            defn = self.definitions.get(row)
+            seq = self._freeze(row, defn, int(request.created_at), "manual", now)
+            if isinstance(seq, str):
+                self.store.finish_request(request.seq, "refused", seq, now)
+                return
+            self.store.finish_request(request.seq, "done", run_id(seq), now)
+        self.log("admitted", schedule=row.id, run=run_id(seq), kind="manual")
+        self._phase("launch", self.launch, [seq])
+
+    def _resume(self, request: RequestRow) -> None:
+        run = self.store.get_run(request.run_seq or 0)
+        if run is None or run.state != "interrupted":
+            state = run.state if run else "missing"
+            self._answer(request, "refused", f"run is {state}, not interrupted")
+            return
+        if self.draining:
+            self._answer(request, "refused", "the supervisor is shutting down; resume later")
+            return
+        executing = self.store.executing_count()
+        if executing >= self.config.max_concurrent_runs:
+            self._answer(
+                request,
+                "refused",
+                f"no execution slot free ({executing}/{self.config.max_concurrent_runs}"
+                " executing); try again when a run finishes",
+            )
+            return
+        payload = json.loads(request.payload) if request.payload is not None else NO_RESUME_INPUT
+        self.launch([run.seq], attempt=run.attempt + 1, resume_input=payload, answer=request)
+
+    def _cancel(self, request: RequestRow) -> None:
+        run = self.store.get_run(request.run_seq or 0)
+        if run is None:
+            self._answer(request, "refused", "no such run")
+            return
+        if run.state in ("completed", "failed"):
+            self._answer(request, "done", f"{run.run_id} had already finished ({run.state})")
+            return
+        watch = self.watches.get(run.seq)
+        if run.state == "running" and watch is not None and watch.spec is None:
+            # A shim whose pid is not known yet gets the cancel when it is.
+            watch.cancel_reason = "cancelled"
+            if watch.handle is not None:
+                self.control.cancel(watch.handle)
+            self._answer(request, "done", f"{run.run_id} cancelling")
+            return
+        self._unwatch(run.seq)  # a marked attempt still waiting for a launcher
+        now = self.clock()
+        with self.store.atomic():
+            self._mark_failed(run.seq, run.attempt or None, "cancelled", now)
+            self.store.finish_request(request.seq, "done", f"{run.run_id} cancelled", now)
+        self.observer.run_ended(run.seq)
+        self.log("failed", run=run.run_id, schedule=run.schedule_id, reason="cancelled")
+
+    # -- recovery and drain -----------------------------------------------------------
+
+    def recover(self) -> None:
+        """Under the lock, before the first tick; never executes anything.
+
+        Nothing found on disk can stop it: a run whose records cannot be
+        examined fails closed and blocks its schedule, and the rest recovers.
+        """
+        self.hooks.recover()
+        for run in self.store.unfinished_runs():
+            if not run.is_manual and self.store.occurrence_for_run(run.seq) is None:
+                self.block(run.schedule_id, f"{run.run_id} has no admission record")
+                continue
+            if run.state == "admitted":
+                if run.attempt:
+                    self.block(run.schedule_id, f"{run.run_id} is admitted but has attempts")
+                continue
+            if run.state == "interrupted":
+                continue
+            self._recover_running(run)
+
+    def _recover_running(self, run: RunRow) -> None:
+        attempt = self.store.get_attempt(run.seq, run.attempt)
+        if attempt is None or attempt.state != "running":
+            self.block(run.schedule_id, f"{run.run_id} is running without a running attempt record")
+            return
+        handle = (
+            ShimHandle(attempt.shim_pid, attempt.shim_start_time)
+            if attempt.shim_pid is not None and attempt.shim_start_time is not None
+            else None
+        )
+        directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
+        if not directory.exists():
+            # Launched by a version that kept records in the attempt directory
+            # (every launch now creates its record directory before marking).
+            directory = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
+        watch = Watch(run.seq, run.schedule_id, run.attempt, directory, handle, True)
+        self._watch(watch)
+        ending = self._examine(watch, False)
+        if ending is None:
+            if watch.ending is None:
+                pid = watch.handle.pid if watch.handle is not None else None
+                self.log("re-adopted", run=run.run_id, pid=pid)
+            return  # alive, or what is left of it is being terminated
+        record, failure, block = ending
+        self._conclude(watch, record, failure)
+        if record is not None:
+            self.log("recovered", run=run.run_id, outcome=record.outcome)
+        if block is not None:
+            self.block(run.schedule_id, f"{run.run_id}: {block}")
+
+    def drain(self) -> None:
+        """Stop admitting, let executing runs finish within drain_grace, then
+        cancel what is left and record it."""
+        self.draining = True
+        self.notifier.send("STOPPING=1", "STATUS=draining")
+        self.log("draining", executing=len(self.watches))
+        waiting = [watch for watch in self.watches.values() if watch.spec is not None]
+        if waiting:
+            reason = "not started: no launcher was up before the supervisor shut down"
+            self._conclude_all([(watch, None, reason) for watch in waiting])
+        self._wait_for_watches(self.config.drain_grace)
+        if self.watches:
+            longest_grace = 0
+            for watch in self.watches.values():
+                watch.cancel_reason = (
+                    f"cancelled: the supervisor shut down and drain_grace"
+                    f" ({self.config.drain_grace:g}s) expired"
+                )
+                if watch.handle is not None:
+                    self.control.cancel(watch.handle)
+                run = self.store.get_run(watch.run_seq)
+                if run is not None:
+                    longest_grace = max(longest_grace, run.frozen.kill_grace)
+            self._wait_for_watches(longest_grace + 5)
+        self.log("drained", left=len(self.watches))
+
+    def _wait_for_watches(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.watches:
+            if self._store_usable():
+                self._phase("ingestion", self.ingest_exits)
+                self._phase("requests", self.handle_requests)
+                self._phase("notification", self.notify_failures)
+            else:
+                self._phase("watch", self._collect_reaped)
+            self._phase("metrics", self.observer.ticked, None)
+            remaining = deadline - time.monotonic()
+            if not self.watches or remaining <= 0:
+                return
+            if self._waiter is None:
+                time.sleep(min(0.05, remaining))
+            else:
+                self._wait(min(0.25, remaining))
+
+
+def _invocation(defn: Definition, document: Any) -> str:
+    """The frozen invocation. A stored definition from an earlier release may
+    carry a timeout or kill_grace longer than MAX_DURATION: clamped here, so
+    every deadline the shim computes stays representable (ten years still
+    means "never" in practice)."""
+    timeout = defn.run.timeout
+    return json.dumps(
+        {
+            "command": list(defn.run.command),
+            "cwd": defn.run.cwd,
+            "env": dict(defn.run.env),
+            "input": document,
+            "timeout": None if timeout is None else min(timeout, MAX_DURATION),
+            "kill_grace": min(defn.run.kill_grace, MAX_DURATION),
+            "interrupt_exit_code": defn.run.interrupt_exit_code,
+        }
+    )
+
+
+def _outcome(record: ExitRecord, interrupt_exit_code: int | None) -> tuple[str, str | None]:
+    if record.outcome == "exited" and record.exit_code == 0:
+        return "completed", None
+    if (
+        record.outcome == "exited"
+        and interrupt_exit_code is not None
+        and record.exit_code == interrupt_exit_code
+    ):
+        return "interrupted", f"exited with interrupt_exit_code {interrupt_exit_code}"
+    if record.outcome == "exited":
+        return "failed", record.reason or f"exited with status {record.exit_code}"
+    return "failed", record.reason or record.outcome
+
+
+def run_supervisor(
+    location: StoreLocation | Path,
+    config: SupervisorConfig,
+    *,
+    control: ProcessControl | None = None,
+    clock: Clock = wall_clock,
+    fault: FaultHook = no_fault,
+    log: Callable[..., None] | None = None,
+    notifier: Notifier | None = None,
+    prepare: Callable[[Store], None] | None = None,
+    stopped: Callable[[], bool] = lambda: False,
+    observer: Observer | None = None,
+    launcher_fault: str = "",
+) -> None:
+    # `launcher_fault` names the crash tests' kill point inside the fork
+    # server (WFSCHED_FAULT); the CLI passes it, never a launcher of its own.
+    """The whole daemon: stop signals caught first (a stop that lands while
+    it starts is a clean exit), the fork server (so it inherits neither the
+    lock nor the database), then the lock, recovery, the loop, the drain, and
+    the lock released last. `stopped` tells whether a stop signal arrived
+    before this was called (the CLI catches them even earlier)."""
+    if isinstance(location, Path):
+        location = resolve_store(location)
+    early: list[int] = []
+    previous = {
+        signum: signal.signal(signum, lambda n, _f: early.append(n))
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    }
+    try:
+        _supervise(
+            location,
+            config,
+            control or Launcher(fault=launcher_fault),
+            clock,
+            fault,
+            log,
+            notifier,
+            prepare,
+            early,
+            stopped,
+            observer,
+        )
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _supervise(
+    location: StoreLocation,
+    config: SupervisorConfig,
+    control: ProcessControl,
+    clock: Clock,
+    fault: FaultHook,
+    log: Callable[..., None] | None,
+    notifier: Notifier | None,
+    prepare: Callable[[Store], None] | None,
+    early: list[int],
+    stopped: Callable[[], bool],
+    observer: Observer | None,
+) -> None:
+    """A SQLite store's ownership lock is its `supervisor.lock` file, taken
+    before the database is opened; a PostgreSQL store's is a session advisory
+    lock on the store's own connection, so the server drops it when this
+    process or its connection dies."""
+    control.start()
+    if early or stopped():
+        control.stop()
+        return
+    ownership: Ownership | None = None
+    try:
+        if location.path is not None:
+            ownership = Ownership(location.path / LOCK_NAME)
+            location.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            ownership.acquire()
+        store = open_location(location, create=True, busy_timeout=config.busy_timeout)
+        assert store is not None
+        if ownership is None:
+            try:
+                store.take_ownership()  # type: ignore[attr-defined]
+            except BaseException:
+                store.close()
+                raise
+    except BaseException:
+        control.stop()
+        if ownership is not None:
+            ownership.release()
+        raise
+    try:
+        if prepare is not None:
+            # Under the lock, before recovery (e.g. `supervise --apply`).
+            prepare(store)
+        notifier = notifier or Notifier()
+        supervisor = Supervisor(
+            store,
+            config,
+            control,
+            clock=clock,
+            fault=fault,
+            log=log,
+            notifier=notifier,
+            observer=observer,
+        )
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, supervisor.request_stop)
+        supervisor.stop_requested = bool(early) or stopped()
+        try:
+            supervisor.serve()
+        finally:
+            signal.set_wakeup_fd(-1)
+            supervisor.notifier.close()
+            supervisor.fault_file.close()
+            store.close()
+    finally:
+        control.stop()
+        if ownership is not None:
+            ownership.release()

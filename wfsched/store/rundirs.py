@@ -1,0 +1,124 @@
+"""Per-run directories: `runs/<run-id>/` with the input, the state dir kept
+across attempts, and one `attempt-N/` per attempt (the command's logs); and,
+apart from them, `records/<run-id>/attempt-N/` for the shim's records.
+
+Files are written after the admission commit; the database stays the
+authority, the directory is the run's working material. The job may write
+anything under its run directory (it is told where it is), so nothing the
+supervisor trusts lives there: the shim's records (launch lock, started and
+exit records) are in the store's private `records/` tree (mode 0700), which
+the job is never told about.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+RECORDS_DIR = "records"
+
+NO_RESUME_INPUT: Any = object()
+"""A resume without `--input` (distinct from one whose input is JSON null)."""
+
+
+class RunDir:
+    def __init__(self, runs_root: Path, run_id: str) -> None:
+        self.path = runs_root / run_id
+        self.input_path = self.path / "input.json"
+        self.state_dir = self.path / "state"
+
+    def attempt_dir(self, attempt: int) -> Path:
+        return self.path / f"attempt-{attempt}"
+
+    def log_path(self, attempt: int, stream: str) -> Path:
+        return self.attempt_dir(attempt) / f"{stream}.log"
+
+    def resume_input_path(self, attempt: int) -> Path:
+        return self.attempt_dir(attempt) / "resume-input.json"
+
+    def prepare(self, input_document: Any) -> None:
+        """Create the run directory with its input; idempotent, so a launch
+        retried after recovery rewrites the same content. OSError if a job
+        left something in the way (the caller fails the launch closed)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_json_atomic(self.input_path, input_document)
+
+    def prepare_attempt(self, attempt: int, resume_input: Any = NO_RESUME_INPUT) -> Path:
+        directory = self.attempt_dir(attempt)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if resume_input is not NO_RESUME_INPUT:
+            write_json_atomic(self.resume_input_path(attempt), resume_input)
+        return directory
+
+
+def records_root(store_root: Path) -> Path:
+    return store_root / RECORDS_DIR
+
+
+def record_dir(store_root: Path, run_id: str, name: str) -> Path:
+    """`records/<run-id>/<name>` (`attempt-N` or a hook's `notify-N`)."""
+    return records_root(store_root) / run_id / name
+
+
+def attempt_record_dir(store_root: Path, run_id: str, attempt: int) -> Path:
+    return record_dir(store_root, run_id, f"attempt-{attempt}")
+
+
+def prepare_record_dir(directory: Path) -> Path:
+    """Create a record directory (0700 all the way from `records/`); OSError
+    if the path is not a plain directory (a symlink is refused: records are
+    never written through a link someone else placed)."""
+    root = directory.parent.parent
+    for path in (root, directory.parent, directory):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise NotADirectoryError(20, "not a directory", str(path)) from None
+    return directory
+
+
+def write_json_atomic(path: Path, document: Any) -> None:
+    """Complete or absent, never torn (tmp + rename). No fsync: the database
+    holds the frozen input as the authority, and an fsync per run would cost
+    a burst of a thousand launches whole seconds."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # whatever a job left there (a directory makes this fail)
+    # Never through a symlink a job placed: O_EXCL | O_NOFOLLOW.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with open(fd, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+LOG_TRUNCATED = b"[wfsched: "
+"""The start of the line the shim writes where it cut a log. The shim's own
+copy lives in the launcher, which the fork server imports alone (it may not
+import the store layer); tests/test_layers.py pins that the two agree."""
+
+
+def log_truncation(path: Path) -> int | None:
+    """How many bytes of earlier output the shim dropped from this log to
+    keep it within max_log_bytes; None if it was never cut (or is absent or
+    not a regular file: a job may have replaced it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        first = os.read(fd, 200)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not first.startswith(LOG_TRUNCATED):
+        return None
+    count = first[len(LOG_TRUNCATED) :].split(b" ", 1)[0]
+    return int(count) if count.isdigit() else None

@@ -1,0 +1,578 @@
+"""The SQLite store: the `Store` interface over one SQLite database.
+
+Its statements live here and in the query groups it combines
+(`wfsched.store.audit_queries`, `wfsched.store.retention_queries`); what is SQLite-specific
+among them is asked of `wfsched.store.dialect.SQLITE`.
+
+One database per store directory (WAL, synchronous=FULL, foreign keys).
+Writes go through `atomic()`, which opens `BEGIN IMMEDIATE` so a writer takes
+the lock up front instead of failing on upgrade; nested use becomes a
+savepoint. Administration commands and the supervisor share the database;
+each operation is one transaction, so they serialize cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from wfsched.errors import NotFoundError, StoreError
+from wfsched.store.audit_queries import AuditQueries
+from wfsched.store.batching import chunked
+from wfsched.store.copying import CopyQueries
+from wfsched.store.dialect import SQLITE
+from wfsched.store.metrics_queries import MetricsQueries
+from wfsched.store.operator import OperatorQueries
+from wfsched.store.retention_queries import RetentionQueries
+from wfsched.store.rows import (
+    AttemptRow,
+    OccurrenceRow,
+    RequestRow,
+    RunRow,
+    ScheduleRow,
+)
+from wfsched.store.worded import WordedConnection
+
+DB_NAME = "wfsched.db"
+LOCK_NAME = "supervisor.lock"
+RUNS_DIR = "runs"
+BUSY_TIMEOUT_MS = 15000
+
+_SCHEDULE_COLUMNS = (
+    "id, revision, definition, created_at, updated_at, paused, deleted_at, exhausted,"
+    " blocked_reason, consumed_through, candidate_at, candidate_why, next_due"
+)
+_SCHEDULE_MUTABLE = frozenset(
+    {
+        "revision",
+        "definition",
+        "updated_at",
+        "paused",
+        "deleted_at",
+        "exhausted",
+        "blocked_reason",
+        "consumed_through",
+        "candidate_at",
+        "candidate_why",
+        "next_due",
+    }
+)
+_RUN_COLUMNS = (
+    "seq, schedule_id, kind, scheduled_at, state, reason, exit_code, revision, invocation,"
+    " admitted_at, started_at, finished_at, attempt"
+)
+_RUN_MUTABLE = frozenset({"state", "reason", "exit_code", "started_at", "finished_at", "attempt"})
+_ATTEMPT_COLUMNS = (
+    "run_seq, attempt, state, started_at, finished_at, exit_code, reason, shim_pid, shim_start_time"
+)
+_ATTEMPT_MUTABLE = frozenset(
+    {"state", "started_at", "finished_at", "exit_code", "reason", "shim_pid", "shim_start_time"}
+)
+# State lists are SQL literals, never bound parameters: SQLite only uses the
+# partial index `runs_unfinished` when the query repeats its WHERE literally.
+_UNFINISHED = "state IN ('admitted', 'running', 'interrupted')"
+_EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
+_SCHEDULE_BLOCKED = (
+    "EXISTS (SELECT 1 FROM schedules s WHERE s.id = r.schedule_id AND s.blocked_reason IS NOT NULL)"
+)
+_OCCURRENCE_SELECT = (
+    "SELECT o.seq, o.schedule_id, o.scheduled_at, o.last_at, o.count, o.summary, o.state,"
+    " o.reason, o.revision, o.run_seq, o.recorded_at, r.state, r.reason, r.admitted_at,"
+    " r.started_at, r.finished_at, o.ledger_pos"
+    " FROM occurrences o LEFT JOIN runs r ON r.seq = o.run_seq"
+)
+
+
+def _placeholders(values: Sequence[object]) -> str:
+    return ",".join("?" for _ in values)
+
+
+class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries):
+    """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
+
+    Implements `wfsched.store.interface.Store`. Query groups for `audit` and
+    retention live in their own modules as mixins; this class holds the
+    connection and the core statements.
+    """
+
+    dialect = SQLITE
+
+    def __init__(
+        self, root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+    ) -> None:
+        self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if busy_timeout is None else busy_timeout
+        self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
+        self.db_path = self.root / DB_NAME
+        self.lock_path = self.root / LOCK_NAME
+        self.runs_dir = self.root / RUNS_DIR
+        self.display = str(self.root)
+        if not self.db_path.exists() and not create:
+            raise StoreError(f"no store at {self.root}; create a schedule there first")
+        self._conn = self._connect()
+        self._migrate()
+
+    # -- connection and transactions ---------------------------------------
+
+    def _connect(self) -> WordedConnection:
+        old_umask = os.umask(0o077)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.runs_dir.mkdir(exist_ok=True)
+            raw = sqlite3.connect(self.db_path, isolation_level=None, timeout=self.busy_timeout)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open store {self.root}: {exc}") from exc
+        finally:
+            os.umask(old_umask)
+        conn = WordedConnection(raw, self.db_path, self.busy_timeout)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.db_path}: not a usable wfsched database: {exc}") from exc
+        return conn
+
+    def _migrate(self) -> None:
+        """Apply every migration above the stored version, in order, each
+        with its version in the same transaction (versions may skip numbers)."""
+        migrations = sorted(self.dialect.migrations, key=lambda migration: migration[0])
+        latest = migrations[-1][0]
+        version = self.schema_version
+        if version > latest:
+            raise StoreError(
+                f"{self.db_path}: schema version {version} is newer than this wfsched"
+                f" understands ({latest}); upgrade wfsched to use this store"
+            )
+        if version == latest:
+            return
+        with self.atomic():
+            version = self.schema_version
+            for number, _why, statements in migrations:
+                if number <= version:
+                    continue
+                for statement in statements:
+                    self._execute(statement)
+                self._execute(self.dialect.set_schema_version(number))
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def reconnect(self) -> None:
+        """A fresh connection (the database file stays where it is)."""
+        self._conn.close()
+        self._conn = self._connect()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._execute(self.dialect.get_schema_version()).fetchone()[0])
+
+    # -- schedules -----------------------------------------------------------
+
+    def insert_schedule(
+        self,
+        schedule_id: str,
+        definition: str,
+        now: float,
+        consumed_through: int,
+        next_due: int | None,
+        exhausted: bool = False,
+    ) -> None:
+        self._execute(
+            "INSERT INTO schedules (id, revision, definition, created_at, updated_at,"
+            " consumed_through, next_due, exhausted) VALUES (?, 1, ?, ?, ?, ?, ?, ?)",
+            (schedule_id, definition, now, now, consumed_through, next_due, int(exhausted)),
+        )
+        self.insert_revision(schedule_id, 1, definition, now, consumed_through)
+
+    def insert_revision(
+        self, schedule_id: str, revision: int, definition: str, now: float, watermark: int
+    ) -> None:
+        """`watermark`: the schedule's consumed_through as this revision takes
+        over; it owes the calendar instants after it (audit reads it)."""
+        self._execute(
+            "INSERT INTO revisions (schedule_id, revision, definition, created_at, watermark)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (schedule_id, revision, definition, now, watermark),
+        )
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
+        row = self._execute(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,)
+        ).fetchone()
+        return _schedule(row) if row else None
+
+    def list_schedules(self, include_deleted: bool = False) -> list[ScheduleRow]:
+        where = "" if include_deleted else " WHERE deleted_at IS NULL"
+        rows = self._execute(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules{where} ORDER BY id")
+        return [_schedule(row) for row in rows]
+
+    def schedules_by_id(self, ids: Iterable[str]) -> dict[str, ScheduleRow]:
+        wanted = list(ids)
+        found: dict[str, ScheduleRow] = {}
+        for chunk in chunked(wanted):
+            rows = self._execute(
+                f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id IN ({_placeholders(chunk)})",
+                chunk,
+            )
+            for row in rows:
+                found[row[0]] = _schedule(row)
+        return found
+
+    def update_schedule(self, schedule_id: str, **fields: Any) -> None:
+        unknown = set(fields) - _SCHEDULE_MUTABLE
+        if unknown:
+            raise ValueError(f"not mutable: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._execute(
+            f"UPDATE schedules SET {assignments} WHERE id = ?", (*fields.values(), schedule_id)
+        )
+
+    def due_schedules(self, now: int, limit: int) -> list[ScheduleRow]:
+        """Schedules the tick must look at: due by calendar, or holding a candidate."""
+        rows = self._execute(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_due <= ?"
+            f" UNION SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE candidate_at IS NOT NULL"
+            " AND blocked_reason IS NULL AND paused = 0 AND deleted_at IS NULL"
+            " ORDER BY id LIMIT ?",
+            (now, limit),
+        )
+        return [_schedule(row) for row in rows]
+
+    def blocked_schedules(self) -> list[ScheduleRow]:
+        rows = self._execute(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules"
+            " WHERE blocked_reason IS NOT NULL AND deleted_at IS NULL ORDER BY id"
+        )
+        return [_schedule(row) for row in rows]
+
+    def earliest_due_schedule(self) -> ScheduleRow | None:
+        """The schedule due next (an index seek on next_due)."""
+        row = self._execute(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_due IS NOT NULL"
+            " ORDER BY next_due LIMIT 1"
+        ).fetchone()
+        return _schedule(row) if row else None
+
+    def insert_occurrence(
+        self,
+        schedule_id: str,
+        scheduled_at: int,
+        state: str,
+        revision: int,
+        recorded_at: float,
+        *,
+        reason: str | None = None,
+        run_seq: int | None = None,
+        last_at: int | None = None,
+        count: int | None = None,
+        summary: bool = False,
+        ledger_pos: int | None = None,
+    ) -> int:
+        """A ledger row, appended to its schedule's history unless
+        `ledger_pos` places it (retention's `pruned` rows only)."""
+        cursor = self._execute(
+            "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
+            " reason, revision, run_seq, recorded_at, ledger_pos)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            f" COALESCE(?, {self.dialect.next_ledger_position()}))",
+            (
+                schedule_id,
+                scheduled_at,
+                last_at,
+                count,
+                int(summary),
+                state,
+                reason,
+                revision,
+                run_seq,
+                recorded_at,
+                ledger_pos,
+            ),
+        )
+        return self.dialect.inserted_id(cursor)
+
+    def insert_occurrences(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Bulk insert of (schedule_id, scheduled_at, last_at, count, summary, state,
+        reason, revision, run_seq, recorded_at) tuples (seeding and benchmarks)."""
+        self._execute_many(
+            "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
+            " reason, revision, run_seq, recorded_at, ledger_pos)"
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {self.dialect.next_ledger_position()})",
+            rows,
+        )
+
+    def page_occurrences(
+        self, schedule_id: str, after: int | None, limit: int
+    ) -> list[OccurrenceRow]:
+        """In record order, after ledger position `after`: keyset paging on
+        occurrences_ledger, so any page is an index seek, and a row written
+        later always lands after every position already handed out."""
+        rows = self._execute(
+            f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos > ?"
+            " ORDER BY o.ledger_pos LIMIT ?",
+            (schedule_id, after if after is not None else -(2**62), limit),
+        )
+        return [_occurrence(row) for row in rows]
+
+    def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None:
+        row = self._execute(f"{_OCCURRENCE_SELECT} WHERE o.run_seq = ?", (run_seq,)).fetchone()
+        return _occurrence(row) if row else None
+
+    def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
+        """The newest run state per schedule (for `list`)."""
+        outcome: dict[str, str] = {}
+        for chunk in chunked(schedule_ids):
+            # A correlated MAX per schedule is one index seek each; a grouped
+            # MAX would read every run of every schedule.
+            rows = self._execute(
+                "SELECT s.id, r.state FROM schedules s JOIN runs r ON r.seq ="
+                " (SELECT MAX(seq) FROM runs WHERE schedule_id = s.id)"
+                f" WHERE s.id IN ({_placeholders(chunk)})",
+                chunk,
+            )
+            outcome.update(dict(rows.fetchall()))
+        return outcome
+
+    # -- runs and attempts ----------------------------------------------------
+
+    def insert_run(
+        self,
+        schedule_id: str,
+        kind: str,
+        scheduled_at: int,
+        revision: int,
+        invocation: str,
+        admitted_at: float,
+    ) -> int:
+        cursor = self._execute(
+            "INSERT INTO runs (schedule_id, kind, scheduled_at, state, revision, invocation,"
+            " admitted_at) VALUES (?, ?, ?, 'admitted', ?, ?, ?)",
+            (schedule_id, kind, scheduled_at, revision, invocation, admitted_at),
+        )
+        return self.dialect.inserted_id(cursor)
+
+    def get_run(self, seq: int) -> RunRow | None:
+        row = self._execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE seq = ?", (seq,)).fetchone()
+        return RunRow(*row) if row else None
+
+    def update_run(self, seq: int, **fields: Any) -> None:
+        unknown = set(fields) - _RUN_MUTABLE
+        if unknown:
+            raise ValueError(f"not mutable: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._execute(f"UPDATE runs SET {assignments} WHERE seq = ?", (*fields.values(), seq))
+
+    def list_runs(
+        self,
+        *,
+        schedule_id: str | None = None,
+        state: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[RunRow]:
+        """Newest first; keyset paging on seq."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if schedule_id is not None:
+            clauses.append("schedule_id = ?")
+            params.append(schedule_id)
+        if state is not None:
+            clauses.append("state = ?")
+            params.append(state)
+        if before_seq is not None:
+            clauses.append("seq < ?")
+            params.append(before_seq)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC LIMIT ?", (*params, limit)
+        )
+        return [RunRow(*row) for row in rows]
+
+    def unfinished_runs(self) -> list[RunRow]:
+        rows = self._execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_UNFINISHED} ORDER BY seq")
+        return [RunRow(*row) for row in rows]
+
+    def admitted_runs(self) -> list[RunRow]:
+        """Runs admitted but not launched yet (recovery leaves these for a tick)."""
+        rows = self._execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_UNFINISHED} AND state = 'admitted'"
+            " ORDER BY seq"
+        )
+        return [RunRow(*row) for row in rows]
+
+    def active_run_counts(self, schedule_ids: Sequence[str]) -> dict[str, int]:
+        """Unfinished scheduled runs per schedule: what overlap counts."""
+        counts: dict[str, int] = {}
+        for chunk in chunked(schedule_ids):
+            rows = self._execute(
+                f"SELECT schedule_id, COUNT(*) FROM runs WHERE {_UNFINISHED}"
+                f" AND kind = 'scheduled' AND schedule_id IN ({_placeholders(chunk)})"
+                " GROUP BY schedule_id",
+                chunk,
+            )
+            counts.update(dict(rows.fetchall()))
+        return counts
+
+    def all_active_run_counts(self) -> dict[str, int]:
+        rows = self._execute(
+            f"SELECT schedule_id, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY schedule_id"
+        )
+        return dict(rows.fetchall())
+
+    def executing_count(self) -> int:
+        """Scheduled runs holding an execution slot: running, or admitted and
+        launchable. An admitted run of a blocked schedule cannot launch, so it
+        waits without a slot until `resume` clears the block; manual runs
+        bypass capacity."""
+        row = self._execute(
+            f"SELECT COUNT(*) FROM runs r WHERE {_EXECUTING} AND kind = 'scheduled'"
+            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED})"
+        ).fetchone()
+        return int(row[0])
+
+    def blocked_admitted_count(self) -> int:
+        """Scheduled runs admitted but waiting for their schedule's block to clear."""
+        row = self._execute(
+            f"SELECT COUNT(*) FROM runs r WHERE {_UNFINISHED} AND state = 'admitted'"
+            f" AND kind = 'scheduled' AND {_SCHEDULE_BLOCKED}"
+        ).fetchone()
+        return int(row[0])
+
+    def scheduled_running_count(self) -> int:
+        row = self._execute(
+            f"SELECT COUNT(*) FROM runs WHERE {_UNFINISHED} AND state = 'running'"
+            " AND kind = 'scheduled'"
+        ).fetchone()
+        return int(row[0])
+
+    def run_state_counts(self) -> dict[str, int]:
+        rows = self._execute(f"SELECT state, COUNT(*) FROM runs WHERE {_UNFINISHED} GROUP BY state")
+        return dict(rows.fetchall())
+
+    def insert_attempt(self, run_seq: int, attempt: int, started_at: float) -> None:
+        self._execute(
+            "INSERT INTO attempts (run_seq, attempt, state, started_at)"
+            " VALUES (?, ?, 'running', ?)",
+            (run_seq, attempt, started_at),
+        )
+
+    def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
+        unknown = set(fields) - _ATTEMPT_MUTABLE
+        if unknown:
+            raise ValueError(f"not mutable: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._execute(
+            f"UPDATE attempts SET {assignments} WHERE run_seq = ? AND attempt = ?",
+            (*fields.values(), run_seq, attempt),
+        )
+
+    def attempts(self, run_seq: int) -> list[AttemptRow]:
+        rows = self._execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_seq = ? ORDER BY attempt",
+            (run_seq,),
+        )
+        return [AttemptRow(*row) for row in rows]
+
+    def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None:
+        row = self._execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_seq = ? AND attempt = ?",
+            (run_seq, attempt),
+        ).fetchone()
+        return AttemptRow(*row) if row else None
+
+    # -- requests for the supervisor --------------------------------------------
+
+    def insert_request(
+        self,
+        kind: str,
+        now: float,
+        *,
+        schedule_id: str | None = None,
+        run_seq: int | None = None,
+        payload: str | None = None,
+    ) -> int:
+        cursor = self._execute(
+            "INSERT INTO requests (kind, schedule_id, run_seq, payload, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (kind, schedule_id, run_seq, payload, now),
+        )
+        return self.dialect.inserted_id(cursor)
+
+    def pending_requests(self, limit: int = 100) -> list[RequestRow]:
+        rows = self._execute(
+            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
+            " handled_at FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [RequestRow(*row) for row in rows]
+
+    def get_request(self, seq: int) -> RequestRow | None:
+        row = self._execute(
+            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
+            " handled_at FROM requests WHERE seq = ?",
+            (seq,),
+        ).fetchone()
+        return RequestRow(*row) if row else None
+
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
+        self._execute(
+            "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
+            (state, result, now, seq),
+        )
+
+    # -- supervisor bookkeeping --------------------------------------------------
+
+    def set_meta(self, **values: str) -> None:
+        self._execute_many(self.dialect.upsert("meta", "key", ["value"]), list(values.items()))
+
+    def touch_meta(self, **values: str) -> None:
+        """A bookkeeping write (the liveness stamp) committed without an fsync.
+
+        In WAL mode `synchronous=NORMAL` still commits atomically; only the
+        last stamps can be lost in a power cut, which costs nothing, while an
+        fsync every poll interval costs the disk a sync per second forever.
+        """
+        self._execute("PRAGMA synchronous = NORMAL")
+        try:
+            with self.atomic():
+                self.set_meta(**values)
+        finally:
+            self._execute("PRAGMA synchronous = FULL")
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def supervisor_pid(self) -> int | None:
+        """The pid holding the store's supervisor.lock, from the kernel's lock table."""
+        from wfsched.store.ownership import holder
+
+        return holder(self.lock_path)
+
+
+def _schedule(row: Sequence[Any]) -> ScheduleRow:
+    values = list(row)
+    values[5] = bool(values[5])
+    values[7] = bool(values[7])
+    return ScheduleRow(*values)
+
+
+def _occurrence(row: Sequence[Any]) -> OccurrenceRow:
+    values = list(row)
+    values[5] = bool(values[5])
+    return OccurrenceRow(*values)
+
+
+def open_existing_store(root: Path, *, missing: str) -> SQLiteStore:
+    """The store at `root`, never creating one: no database is NotFoundError
+    (exit 3) ending with `missing`; one that will not open is a StoreError."""
+    if not (root / DB_NAME).is_file():
+        raise NotFoundError(f"no store at {root} (no {DB_NAME}); {missing}")
+    try:
+        return SQLiteStore(root, create=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {root}: {exc}") from exc
