@@ -77,7 +77,9 @@ def test_scraped_values_move_as_runs_complete_fail_and_are_skipped(
     daemon.wait_started()
     try:
         base = metrics_url(daemon)
-        assert wait_for(lambda: get(base + "/healthz")) == (200, "leader ok\n")
+        # 503 "starting" until the loop's first tick publishes: wait past it.
+        healthz = wait_for(lambda: (answer := get(base + "/healthz"))[0] == 200 and answer)
+        assert healthz == (200, "leader ok\n")
         assert value(base, "wfsched_leader", host=socket.gethostname()) == 1.0
         assert value(base, "wfsched_store_info", kind="sqlite") == 1.0
         assert value(base, "wfsched_runs_total", schedule="ok", outcome="completed") is None
