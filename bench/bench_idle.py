@@ -19,9 +19,10 @@ every second. Stopped with SIGTERM.
 
 With --metrics the supervisor serves /metrics (`--metrics 127.0.0.1:0`), so
 the idle CPU includes publishing a snapshot every tick; after the idle span
-the bench times scrapes over HTTP: the first one (everything rendered), then
---scrapes more (nothing changed), then scrapes after `wfsched pause` of one
-schedule (its series re-rendered).
+the bench times scrapes over HTTP: the first one (the renderer thread
+rendered every series when the loop first published, so it only sends),
+then --scrapes more (nothing changed), then scrapes after `wfsched pause` of
+one schedule (its series re-rendered by the renderer thread on that tick).
 
 Targets (issue): supervisor CPU < 0.5 % of one core, RSS < 100 MB; with
 --metrics a scrape of 10,000 schedules < 20 ms.
@@ -97,7 +98,7 @@ def create_schedules(store_dir: Path, defs: Path, n: int, cron: str, method: str
 def time_scrapes(sup: SupervisorProcess, store: Path, count: int) -> dict[str, list[float]]:
     url = metrics_url(sup)
     first, size = scrape(url)
-    print(f"\nfirst scrape (renders every series): {first * 1e3:.1f} ms, {size / 1e6:.2f} MB")
+    print(f"\nfirst scrape (rendered in advance): {first * 1e3:.1f} ms, {size / 1e6:.2f} MB")
     unchanged = [scrape(url)[0] for _ in range(count)]
     print(f"scrapes, nothing changed: {summary_ms(unchanged)}")
     changed = []

@@ -364,3 +364,83 @@ def test_published_families_name_their_changed_keys_and_fall_back_when_far_behin
     assert 'wfsched_x_seconds{schedule="a"}' not in text
     assert f'wfsched_x_seconds{{schedule="c"}} {HISTORY + 1:.1f}' in text
     assert 'wfsched_x_seconds{schedule="b"} 3.0' in text
+
+
+def test_a_first_scrape_of_10000_schedules_sends_bytes_rendered_off_the_request_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from wfsched.daemon.metrics import SCHEDULE_GAUGES
+
+    metrics = Metrics(poll_interval=1.0, host="h1")
+    for index in range(10_000):
+        for name in SCHEDULE_GAUGES:
+            metrics._gauges[name].set(f"s{index:05d}", 1.0e9 + index)
+    renders: list[str] = []
+    real = Renderer.parts
+
+    def counted(self: Renderer, snapshot: Snapshot) -> tuple[bytes, ...]:
+        renders.append(threading.current_thread().name)
+        return real(self, snapshot)
+
+    monkeypatch.setattr(Renderer, "parts", counted)
+    server = MetricsServer(parse_listen("127.0.0.1:0"), "--metrics")
+    server.start(lambda: metrics.snapshot)
+    metrics.on_publish = server.published
+    try:
+        metrics._publish()
+        status, text = _get(f"http://127.0.0.1:{server.address.port}/metrics")
+    finally:
+        server.close()
+    assert status == 200
+    due = [
+        family
+        for family in text_string_to_metric_families(text)
+        if family.name == "wfsched_schedule_next_due_timestamp_seconds"
+    ]
+    assert len(due[0].samples) == 10_000
+    # Every rendering happened on the renderer's thread, none on the request's.
+    assert renders and set(renders) == {"wfsched-metrics-render"}
+
+
+def test_a_scrape_is_at_most_one_publish_behind(h: Harness) -> None:
+    from wfsched.daemon.metrics_render import Warm
+
+    h.define("a")
+    h.metrics.schedule_changed("a")  # as the supervisor says of its own commits
+    warm = Warm(lambda: h.metrics.snapshot)
+    warm.start()
+    try:
+        first = h.tick_at(T0 - 20)
+        assert gauge(first, "next_due_timestamp_seconds", "a") == T0
+        parts = warm.parts(10)
+        assert parts is not None and b'due_timestamp_seconds{schedule="a"}' in b"".join(parts)
+        h.cli_admin().pause("a")
+        h.tick_at(T0 - 19)
+        latest = h.tick_at(T0 - 18)
+        # Two publishes since the last rendering: the scrape waits for the thread.
+        parts = warm.parts(10)
+        assert parts is not None and latest.seq == first.seq + 2
+        assert b'due_timestamp_seconds{schedule="a"}' not in b"".join(parts)
+    finally:
+        warm.stop()
+
+
+def test_a_family_over_several_chunks_renders_as_a_fresh_one() -> None:
+    from wfsched.daemon.metrics import _Family
+    from wfsched.daemon.metrics_render import CHUNK, _gauge, _Keyed
+
+    family = _Family()
+    for index in range(3 * CHUNK + 5):
+        family.set(f"s{index:04d}", float(index))
+    keyed = _Keyed(_gauge("wfsched_x_seconds", "x"))
+    keyed.render(family.publish())
+    family.drop("s0001")
+    family.drop(f"s{2 * CHUNK:04d}")
+    family.set(f"s{CHUNK + 3:04d}", -1.0)
+    family.set("new", 7.0)
+    latest = family.publish()
+    text = keyed.render(latest)
+    assert same_samples(text, _Keyed(_gauge("wfsched_x_seconds", "x")).render(latest))
+    assert b'{schedule="s0001"}' not in text and b'{schedule="new"} 7.0' in text

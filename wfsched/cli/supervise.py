@@ -136,6 +136,7 @@ def _prepare(
         _apply(store, apply_dir, state, log)
     if server is not None and observer is not None:
         server.start(lambda: observer.snapshot)
+        observer.on_publish = server.published
         log("metrics", listen=str(server.address))
 
 

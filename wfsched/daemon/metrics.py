@@ -125,6 +125,8 @@ class Snapshot:
     schedule_gauges: Mapping[str, Published]
     """Gauge family name -> schedule -> value."""
     run_duration: Published
+    seq: int = 0
+    """Publishes before this one: a renderer tells how far behind it is."""
 
 
 SCHEDULE_GAUGES = {
@@ -280,6 +282,9 @@ class Metrics(Observer):
         self._unfinished: dict[str, int] = {}
         self.refresh_error: str | None = None
         """Why the last tick's store reads failed, if they did."""
+        self.on_publish: Callable[[], None] | None = None
+        """Called (loop thread) after each publish: wakes the metrics renderer."""
+        self._seq = 0
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -509,7 +514,11 @@ class Metrics(Observer):
                 {name: family.publish() for name, family in self._gauges.items()}
             ),
             run_duration=self._durations.publish(),
+            seq=self._seq,
         )
+        self._seq += 1
+        if self.on_publish is not None:
+            self.on_publish()
 
 
 # -- health (HTTP thread) ----------------------------------------------------------

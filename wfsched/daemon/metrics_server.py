@@ -3,8 +3,8 @@
 The socket is bound by `MetricsServer(...)` itself, before the supervisor
 starts anything (fork server, lock, recovery), so a bad address or a port in
 use is one clear error and nothing has happened yet. Serving starts later,
-once there is a snapshot source; each request reads the latest snapshot and
-nothing else.
+once there is a snapshot source; a renderer thread renders each published
+snapshot and a request sends the latest rendered bytes and nothing else.
 """
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ from wfsched.errors import UsageError
 
 if TYPE_CHECKING:
     from wfsched.daemon.metrics import Snapshot
+    from wfsched.daemon.metrics_render import Warm
+
+
+RENDER_WAIT = 10.0
+"""Seconds a scrape waits for the renderer to catch up (Prometheus' default
+scrape timeout) before answering 503."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -30,7 +36,7 @@ class _Server(ThreadingHTTPServer):
         self.address_family = family
         self.source: Callable[[], Snapshot | None] = lambda: None
         self.monotonic: Callable[[], float] = time.monotonic
-        self.renderer: Any = None
+        self.warm: Any = None
         super().__init__(address, _Handler)
 
 
@@ -46,7 +52,15 @@ class _Handler(BaseHTTPRequestHandler):
             if snapshot is None:
                 self._send(503, b"starting: no snapshot yet\n", "text/plain; charset=utf-8")
                 return
-            self._send(200, self.server.renderer.render(snapshot), CONTENT_TYPE_PLAIN_0_0_4)
+            parts = self.server.warm.parts(RENDER_WAIT)
+            if parts is None:
+                self._send(
+                    503,
+                    b"starting: the metrics are still being rendered; retry\n",
+                    "text/plain; charset=utf-8",
+                )
+                return
+            self._send(200, parts, CONTENT_TYPE_PLAIN_0_0_4)
         elif path == "/healthz":
             from wfsched.daemon.metrics import health
 
@@ -55,12 +69,14 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes | tuple[bytes, ...], content_type: str) -> None:
+        parts = (body,) if isinstance(body, bytes) else body
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(sum(len(part) for part in parts)))
         self.end_headers()
-        self.wfile.write(body)
+        for part in parts:
+            self.wfile.write(part)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not events worth a journal line."""
@@ -91,23 +107,34 @@ class MetricsServer:
         host, port = self._server.server_address[:2]
         self.address = Listen(str(host), int(port))
         self._thread: threading.Thread | None = None
+        self._warm: Warm | None = None
+
+    def published(self) -> None:
+        """The loop published a snapshot: render it now, off the loop and
+        the request path."""
+        if self._warm is not None:
+            self._warm.published()
 
     def start(
         self,
         source: Callable[[], Snapshot | None],
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        from wfsched.daemon.metrics_render import Renderer
+        from wfsched.daemon.metrics_render import Warm
 
         self._server.source = source
         self._server.monotonic = monotonic
-        self._server.renderer = Renderer()
+        self._server.warm = self._warm = Warm(source)
+        self._warm.start()
+        self._warm.published()
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="wfsched-metrics", daemon=True
         )
         self._thread.start()
 
     def close(self) -> None:
+        if self._warm is not None:
+            self._warm.stop()
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(5)
