@@ -424,8 +424,12 @@ def test_launcher_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(
         # (it names itself wfsched-launch), so launches are in flight at the
         # kills; a replacement may still die while it starts.
         kills, triggered = 0, 0
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
+        # 2 s of triggers, longer if a loaded machine was slow to bring a
+        # replacement up: the test needs launches in flight at two kills.
+        burst_began = time.monotonic()
+        while time.monotonic() < burst_began + 2.0 or (
+            kills < 2 and time.monotonic() < burst_began + 10.0
+        ):
             requests.request_trigger("led")
             triggered += 1
             for pid in _children(daemon.proc.pid):
@@ -434,14 +438,22 @@ def test_launcher_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(
                     kills += 1
             time.sleep(0.05)
         assert daemon.proc.poll() is None, daemon.text()
-        wait_for(
-            lambda: (
-                len(items := all_runs(store)) == triggered
-                and all(r["state"] in FINAL for r in items)
-            ),
-            timeout=60,
-            what="every run to end",
-        )
+        try:
+            wait_for(
+                lambda: (
+                    len(items := all_runs(store)) == triggered
+                    and all(r["state"] in FINAL for r in items)
+                ),
+                timeout=60,
+                what="every run to end",
+            )
+        except AssertionError as exc:
+            # Seen twice in ~80 runs and not reproduced since: say which runs
+            # were left in which state, and what the supervisor logged.
+            left = [(r["run_id"], r["state"]) for r in all_runs(store) if r["state"] not in FINAL]
+            raise AssertionError(
+                f"{exc}; triggered {triggered}, unfinished {left}\n{daemon.text()}"
+            ) from None
     finally:
         handle.close()
         assert daemon.stop() == 0, daemon.text()
