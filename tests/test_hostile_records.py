@@ -369,3 +369,27 @@ def test_a_run_launched_before_the_records_tree_existed_is_still_recovered(h: Ha
     h.supervisor = h.new_supervisor()
     h.supervisor.recover()
     assert h.runs.show("run-000001")["state"] == "completed"
+
+
+def test_an_adopted_launch_never_waits_for_a_launcher_again(lh: Harness) -> None:
+    """A run that waited for a launcher, then was adopted after its launch was
+    lost after the fork, is watched to its end: never spawned again, never
+    recorded "not started" at shutdown (seen in the launcher-kill stress test)."""
+    control: LosingControl = lh.control  # type: ignore[assignment]
+    lh.define("a", cron="0 * * * *")
+    control.lose = "before-fork"
+    control.failing_starts = 1  # the replacement dies while it starts: the run waits
+    lh.tick_at(T0)
+    assert starts(lh) == []
+    control.lose = "after-fork"  # its spawn on the next launcher is lost after the fork
+    lh.supervisor.launcher.retry_at = 0.0
+    lh.tick_at(T0 + 1)
+    assert starts(lh) == ["run-000001"]
+    assert any(event == "adopted" for event, _ in lh.events)
+    for second in range(2, 5):
+        lh.supervisor.launcher.retry_at = 0.0
+        lh.tick_at(T0 + second)
+    assert starts(lh) == ["run-000001"]
+    lh.supervisor.drain()
+    run = lh.runs.show("run-000001")
+    assert "not started" not in (run["reason"] or "")

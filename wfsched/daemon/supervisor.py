@@ -1057,6 +1057,11 @@ class Supervisor:
                 return self._spawn(run, watch, spec)
             return None
         watch.adopted = watch.lost_launch = True
+        # Something of this attempt started: it is watched to its end from now
+        # on and must never wait for a launcher again (a waiting spec would be
+        # spawned once more, refused, adopted again, and at shutdown recorded
+        # "not started" although it ran).
+        watch.spec = None
         if handle is not None:
             self._set_handle(watch, handle)
         self.log("adopted", run=run.run_id, schedule=run.schedule_id, attempt=watch.attempt)
