@@ -398,6 +398,24 @@ def test_startup_tick_under_latest_admits_the_latest_missed_instant(h: Harness) 
     assert states == ["skipped-misfire", "running"]
 
 
+def test_a_past_one_shot_created_while_supervising_is_judged_by_lateness(h: Harness) -> None:
+    """The startup rule covers instants missed while no supervisor ran. A
+    one-shot whose `at` (before this supervisor took ownership) is already
+    past when it is created was not missed by anyone: within lateness it
+    runs, even under `skip`; past lateness it is a plain misfire."""
+    h.tick_at(T0 + 5)
+    for schedule_id, at in (("recent", T0 - 40), ("stale", T0 - 10 * MINUTE)):
+        text = (
+            f'id = "{schedule_id}"\n[trigger]\nat = "{iso(at)}"\n'
+            '[run]\ncommand = ["true"]\n[policy]\nmisfire = "skip"\n'
+        )
+        h.admin.create(parse_definition(text, "x.toml", now=int(h.clock())))
+    h.tick_at(T0 + 6)
+    assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001"]
+    assert h.runs.show("run-000001")["schedule_id"] == "recent"
+    assert h.history("stale") == [(iso(T0 - 10 * MINUTE), "skipped-misfire", "late")]
+
+
 def test_clock_rollback_never_readmits(h: Harness) -> None:
     h.define("a")
     h.tick_at(T0)

@@ -227,10 +227,12 @@ class Supervisor:
         """Per schedule, the calendar of its current revision only: an edit
         replaces the entry, so the cache never outgrows the schedules."""
         self._round_robin_after = ""
-        self.owned_at: int | None = None
+        self.owned_at: float | None = None
         """When this supervisor took ownership (its first tick): instants due
         up to then were missed while none ran (the startup rule); later ones
-        are judged by lateness, however long the store keeps failing."""
+        are judged by lateness, however long the store keeps failing. A
+        schedule created after it missed nothing while none ran (a one-shot
+        already past at create is judged by lateness too)."""
         self._admission_failed = False
         """The last admission phase did not commit: instants decided late now
         were late because the store failed (`store-unavailable`)."""
@@ -390,7 +392,7 @@ class Supervisor:
             return
         now = self.clock()
         if self.owned_at is None:
-            self.owned_at = int(now)
+            self.owned_at = now
         self._phase("ingestion", self.ingest_exits)
         self._phase("requests", self.handle_requests)
         if not self.draining:
@@ -647,7 +649,7 @@ class Supervisor:
                     int(now),
                     active=active,
                     capacity_left=min(capacity_left, budget),
-                    owned_at=self.owned_at,
+                    owned_at=self._startup_through(row),
                     late_reason=late_reason,
                 )
                 return self._persist(row, defn, decision, now)
@@ -656,6 +658,13 @@ class Supervisor:
         except (WfschedError, ValueError, KeyError, TypeError) as exc:
             self.block(row.id, f"cannot decide: {exc}")
             return []
+
+    def _startup_through(self, row: ScheduleRow) -> int | None:
+        """The instant the startup rule covers for `row`: none for a schedule
+        created after this supervisor took ownership."""
+        if self.owned_at is None or row.created_at > self.owned_at:
+            return None
+        return int(self.owned_at)
 
     def _persist(
         self, row: ScheduleRow, defn: Definition, decision: Decision, now: float
