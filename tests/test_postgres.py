@@ -19,6 +19,7 @@ import pytest
 from conftest import CliRun
 
 from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
+from tests.ha import leader_pid
 from tests.pgserver import PostgresServer, dbname
 from wfsched.errors import ConflictError
 from wfsched.store.location import resolve_store
@@ -273,8 +274,11 @@ def test_the_supervisor_rides_out_a_lost_connection_and_logs_the_outage(
         assert daemon.proc.poll() is None
         line = next(x for x in daemon.text().splitlines() if "store-reconnected" in x)
         assert "outage=" in line
-        # Owned again: a second supervisor is refused.
-        assert wfsched(pg_url, "supervise").returncode == 4
+        # Leading again (its lease, renewed on a connection of its own).
+        wait_for(
+            lambda: leader_pid(pg_url) == daemon.proc.pid,
+            what="the supervisor to lead again",
+        )
         path = write_definition(
             tmp_path / "defs",
             "once",
@@ -295,8 +299,8 @@ def test_the_supervisor_rides_out_a_lost_connection_and_logs_the_outage(
 def test_a_supervisor_that_finds_its_store_taken_after_an_outage_stops(
     pg_server: PostgresServer, pg_url: str
 ) -> None:
-    """While its connection was down another session took ownership: on
-    reconnecting it refuses to share the store and exits 4, admitting nothing."""
+    """While its connection was down `store copy` (an exclusive hold) took the
+    store: on reconnecting it refuses to share the store and exits 4."""
     from wfsched.store.postgres import LOCK_CLASS, OWNER_LOCK
 
     daemon = Daemon(pg_url)
@@ -324,7 +328,7 @@ def test_a_supervisor_that_finds_its_store_taken_after_an_outage_stops(
             finally:
                 admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
             assert daemon.wait_exit(timeout=30) == 4
-        assert "another supervisor" in daemon.text()
+        assert "the store is being copied" in daemon.text()
         assert "store-unavailable" in daemon.text()
     finally:
         daemon.kill()

@@ -144,3 +144,9 @@ class StoreConnectionLost(StoreError):
     `StoreUnavailable` (a resource fault of a store that is still connected),
     which the supervisor rides out as a fault episode instead.
     """
+
+
+class LeaseLost(WfschedError):
+    """A leader's transaction found its lease gone (exit 1): another supervisor
+    took over (a newer epoch) or the lease expired. The transaction was rolled
+    back; the supervisor that gets this becomes a standby at once."""

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from wfsched.daemon.eventlog import EventLog
     from wfsched.daemon.metrics import Metrics
     from wfsched.daemon.metrics_server import MetricsServer
+    from wfsched.domain.timeutil import Clock
     from wfsched.store import Store
 
 
@@ -45,6 +46,18 @@ if TYPE_CHECKING:
     help="Serve Prometheus /metrics and /healthz here (PORT or :PORT = loopback). [off]",
 )
 @click.option(
+    "--lease",
+    type=Duration(),
+    metavar="DURATION",
+    help="PostgreSQL store: the leader's lease; a standby takes over after it. [5s]",
+)
+@click.option(
+    "--lease-renew",
+    type=Duration(),
+    metavar="DURATION",
+    help="PostgreSQL store: how often the leader renews its lease (< --lease). [1s]",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["human", "json"]),
     default="human",
@@ -59,6 +72,8 @@ def supervise(
     drain_grace: float | None,
     apply_dir: str | None,
     metrics: str | None,
+    lease: float | None,
+    lease_renew: float | None,
     log_format: str,
 ) -> None:
     """Run the supervisor: admit due occurrences, launch and watch runs.
@@ -82,12 +97,15 @@ def supervise(
             "max_concurrent_runs": max_concurrent_runs,
             "drain_grace": drain_grace,
             "metrics_listen": metrics,
+            "lease": lease,
+            "lease_renew": lease_renew,
         },
     )
     log = EventLog(log_format, clock=state.clock)
     # Test-only hook (the crash tests): kill ourselves at a named boundary.
     spec = os.environ.get("WFSCHED_FAULT")
     fault = fault_at(spec) if spec else no_fault
+    clock = _skewed(state.clock)
     server = None
     observer = None
     if config.metrics_listen is not None:
@@ -101,7 +119,7 @@ def supervise(
             else f"{location.local_dir / CONFIG_NAME}: metrics_listen"
         )
         server = MetricsServer(parse_listen(config.metrics_listen), source)
-        observer = Metrics(poll_interval=config.poll_interval, clock=state.clock)
+        observer = Metrics(poll_interval=config.poll_interval, clock=clock)
     prepare = functools.partial(
         _prepare, apply_dir=apply_dir, state=state, log=log, server=server, observer=observer
     )
@@ -110,7 +128,7 @@ def supervise(
             location,
             config,
             launcher_fault=spec or "",
-            clock=state.clock,
+            clock=clock,
             fault=fault,
             log=log,
             prepare=prepare,
@@ -120,6 +138,17 @@ def supervise(
     finally:
         if server is not None:
             server.close()
+
+
+def _skewed(clock: Clock) -> Clock:
+    """Test-only hook (the clock-skew tests): `WFSCHED_TEST_CLOCK_SKEW=SECONDS`
+    makes this supervisor's wall clock run that far ahead (negative: behind),
+    as a host with a wrong clock would. Never set it in production."""
+    skew = os.environ.get("WFSCHED_TEST_CLOCK_SKEW")
+    if not skew:
+        return clock
+    offset = float(skew)
+    return lambda: clock() + offset
 
 
 def _prepare(

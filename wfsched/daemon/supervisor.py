@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from wfsched.api.preflight import preflight
 from wfsched.api.views import DefinitionCache, record_entries, run_occurrence_id
 from wfsched.daemon.eventlog import EventLog
 from wfsched.daemon.hooks import FailureHooks, RunFacts
+from wfsched.daemon.leadership import Leadership
 from wfsched.daemon.observe import Observer
 from wfsched.daemon.sdnotify import Notifier
 from wfsched.daemon.wakeup import Waiter
@@ -41,7 +43,7 @@ from wfsched.domain.timeutil import (
     occurrence_id,
     wall_clock,
 )
-from wfsched.errors import StoreConnectionLost, StoreUnavailable, WfschedError
+from wfsched.errors import LeaseLost, StoreConnectionLost, StoreUnavailable, WfschedError
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
@@ -190,6 +192,7 @@ class Supervisor:
         log: Callable[..., None] | None = None,
         notifier: Notifier | None = None,
         observer: Observer | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -249,6 +252,19 @@ class Supervisor:
         self.draining = False
         self.stop_requested = False
         self.wake_now = False
+        self.leadership = leadership or Leadership(None, config.lease, config.lease_renew)
+        """Who leads (`wfsched.daemon.leadership`); without a lease (SQLite, or a
+        supervisor driven by tests) this one always leads."""
+        self.leading = not self.leadership.fenced
+        """Whether this supervisor acts as the leader: admits, launches, answers
+        requests, applies retention. A standby only watches its own host's runs."""
+        self.epoch: int | None = None
+        self._led = False
+        self._handover = False
+        """This leadership began with a takeover from another leader (or after
+        losing its own lease): instants due meanwhile are judged by lateness,
+        never by the startup rule, and late ones are recorded `failover`."""
+        self._failover_pending = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -266,16 +282,22 @@ class Supervisor:
             self._store_launcher_health()
 
     def serve(self) -> None:
-        """Recover, then tick until asked to stop, then drain."""
-        self.announce()
+        """Recover, then tick until asked to stop, then drain. With a lease,
+        the leadership thread starts after recovery and the first tick that
+        finds the lease held starts leading."""
+        if not self.leadership.fenced:
+            self.announce()
         self.observer.started(self.store)
         self.recover()
+        self.leadership.start()
         # Opened now, while descriptors are to be had (see FaultFile).
         self.fault_file.write(None)
         self.notifier.send("READY=1", "STATUS=supervising")
         self.log("started", pid=os.getpid(), store=self.store.display)
         waiter = self._waiter = Waiter()
         waiter.watch(self.control.fileno())
+        if self.leadership.fenced:
+            waiter.watch(self.leadership.wake_fd)
         watchdog_due = time.monotonic()
         while not self.stop_requested:
             tick_started = time.monotonic()
@@ -296,8 +318,10 @@ class Supervisor:
             except StoreConnectionLost as exc:
                 self.ride_out_outage(exc)
         self.drain()
+        self.leadership.stop(release=True)
         waiter.close()
         self._waiter = None
+        self.leadership.close()
 
     def ride_out_outage(self, lost: StoreConnectionLost) -> None:
         """The store's database went away (a networked store): reconnect with
@@ -330,8 +354,72 @@ class Supervisor:
         """After an outage: what the store says, not what memory says."""
         self._unlaunched = True
         for run in self.store.unfinished_runs():
-            if run.state == "running" and run.seq not in self.watches:
+            if run.state == "running" and run.seq not in self.watches and self._runs_here(run):
                 self._recover_running(run)
+
+    def _runs_here(self, run: RunRow) -> bool:
+        """Whether `run` executes on this host, so this supervisor is its agent.
+        With one supervisor (no lease) every run is. With a lease, a run's
+        attempt record directory is made on the host that launches it, before
+        the attempt is marked, so it exists only there."""
+        if not self.leadership.fenced:
+            return True
+        return attempt_record_dir(self.store.root, run.run_id, run.attempt).exists()
+
+    # -- leadership ----------------------------------------------------------------
+
+    def _follow_lease(self) -> None:
+        """Act on what the leadership thread found: lead with a newly held
+        epoch, or step down from a lost one."""
+        if not self.leadership.fenced:
+            return
+        self.leadership.drain_wake()
+        holds, epoch = self.leadership.holds()
+        if holds and (not self.leading or epoch != self.epoch):
+            self._lead(epoch)
+        elif not holds and self.leading:
+            reason = "deposed" if epoch is None else "no renewal for a whole lease"
+            self._step_down(reason)
+
+    def _may_lead(self) -> bool:
+        """Checked before admitting or launching: a leader whose lease may have
+        lapsed by its own monotonic clock stops at once (the database's fence
+        would refuse its commits anyway)."""
+        if not self.leading:
+            return False
+        if self.leadership.holds()[0]:
+            return True
+        self._step_down("no renewal for a whole lease")
+        return False
+
+    def _lead(self, epoch: int | None) -> None:
+        self._handover = self._led or self.leadership.saw_leader
+        self._failover_pending = self._handover
+        self._led = True
+        self.epoch = epoch
+        self.store.fence(epoch)
+        self.leading = True
+        self.log("leading", epoch=epoch, handover=self._handover)
+        self.notifier.send(f"STATUS=leading (epoch {epoch})")
+        try:
+            self.store.set_idle_limit(self.config.lease)
+            self.announce()
+        except LeaseLost as exc:
+            self._step_down(str(exc))
+            return
+        self._unlaunched = True
+        self.wake_now = True
+
+    def _step_down(self, reason: str) -> None:
+        """Stop leading now: nothing more is admitted, launched, answered or
+        pruned; runs already executing on this host go on and are recorded."""
+        self.store.fence(None)
+        was = self.epoch
+        self.leading = False
+        self.epoch = None
+        self._rejections = []
+        self.log("standby", epoch=was, reason=reason)
+        self.notifier.send("STATUS=standby")
 
     def request_stop(self, *_: Any) -> None:
         """Signal handler: only sets the flag; the loop does the work."""
@@ -373,7 +461,8 @@ class Supervisor:
             self.wake_now = True
 
     def _prewake(self) -> None:
-        self._phase("liveness", self._stamp, True)
+        if self.leading:
+            self._phase("liveness", self._stamp, True)
         self.control.warm()
 
     # -- one tick -------------------------------------------------------------------
@@ -391,18 +480,22 @@ class Supervisor:
             self._phase("watch", self._collect_reaped)
             return
         now = self.clock()
-        if self.owned_at is None:
+        self._follow_lease()
+        if self.owned_at is None and self.leading:
             self.owned_at = now
         self._phase("ingestion", self.ingest_exits)
-        self._phase("requests", self.handle_requests)
+        if self.leading:
+            self._phase("requests", self.handle_requests)
         if not self.draining:
             self._phase("launch", self._launch_phase)
-            self._phase("admission", self.admit_due, now)
+            if self._may_lead():
+                self._phase("admission", self.admit_due, now)
         self._phase("notification", self.notify_failures)
         self._phase("notification", self.notify_rejections)
-        if not self.draining:
+        if not self.draining and self._may_lead():
             self._phase("retention", self.retain, now)
-        self._phase("liveness", self._stamp)
+        if self.leading:
+            self._phase("liveness", self._stamp)
 
     def _phase(self, name: str, action: Callable[..., T], *args: Any) -> T | None:
         """Run one phase; contain what it raises (a store error, a bug).
@@ -422,6 +515,12 @@ class Supervisor:
             # Not a phase's failure: the store is gone for every phase. The
             # loop stops the tick and rides the outage out (ride_out_outage).
             raise
+        except LeaseLost as exc:
+            # The fence rolled the transaction back: another leads now.
+            self._unlaunched = True
+            if self.leading:
+                self._step_down(str(exc))
+            return None
         except Exception as exc:
             self._unlaunched = True
             if self._fault(name, exc):
@@ -561,6 +660,8 @@ class Supervisor:
         """Decide every due schedule in one transaction, then launch."""
         instant_now = int(now)
         late_reason = "store-unavailable" if self._admission_failed else "late"
+        if self._failover_pending:
+            late_reason = "failover"
         self._admission_failed = True  # until this decision commits
         self._rejections = []
         self._deferred = []
@@ -573,6 +674,7 @@ class Supervisor:
         finally:
             self._deferred = None
         self._admission_failed = False
+        self._failover_pending = False
         self._rejected.extend(self._rejections)  # committed: their hooks are owed
         self._rejections = []
         if admitted is None:
@@ -661,8 +763,10 @@ class Supervisor:
 
     def _startup_through(self, row: ScheduleRow) -> int | None:
         """The instant the startup rule covers for `row`: none for a schedule
-        created after this supervisor took ownership."""
-        if self.owned_at is None or row.created_at > self.owned_at:
+        created after this supervisor took ownership, nor after a handover (a
+        failover is not a startup: what fell due meanwhile is judged by
+        lateness)."""
+        if self._handover or self.owned_at is None or row.created_at > self.owned_at:
             return None
         return int(self.owned_at)
 
@@ -768,7 +872,8 @@ class Supervisor:
         attempts marked while none was up are spawned; then admitted runs."""
         self._revive_launcher()
         self._spawn_waiting()
-        self.launch_admitted()
+        if self._may_lead():
+            self.launch_admitted()
 
     def launch_admitted(self) -> None:
         """Admitted runs not yet launched (left by recovery or by a chunked
@@ -820,6 +925,9 @@ class Supervisor:
         and launch once a launcher is back; a resume request stays pending.
         """
         if not seqs:
+            return
+        if not self._may_lead():
+            self._unlaunched = True
             return
         if self.errors.episode is not None:
             # Nothing starts that cannot be recorded (or cannot be forked):
@@ -1144,6 +1252,10 @@ class Supervisor:
         self.wake_now = True
 
     def _store_launcher_health(self) -> None:
+        """Recorded by the leader (the store's meta describes it); a standby's
+        launcher health is its own log's."""
+        if not self.leading:
+            return
         health = self.launcher
         with self.store.atomic():
             self.store.set_meta(
@@ -1587,6 +1699,13 @@ class Supervisor:
         Nothing found on disk can stop it: a run whose records cannot be
         examined fails closed and blocks its schedule, and the rest recovers.
         """
+        if self.leadership.fenced:
+            # Several supervisors share the store: each is the agent of its
+            # own host's runs only, and the checks below are the leader's.
+            for run in self.store.unfinished_runs():
+                if run.state == "running" and self._runs_here(run):
+                    self._recover_running(run)
+            return
         self.hooks.recover()
         for run in self.store.unfinished_runs():
             if not run.is_manual and self.store.occurrence_for_run(run.seq) is None:
@@ -1634,6 +1753,12 @@ class Supervisor:
         """Stop admitting, let executing runs finish within drain_grace, then
         cancel what is left and record it."""
         self.draining = True
+        if self.leadership.fenced:
+            # The lease goes first (a standby leads within a second); this
+            # one then drains its own runs as a standby.
+            if self.leading:
+                self._step_down("shutting down")
+            self.leadership.stop(release=True)
         self.notifier.send("STOPPING=1", "STATUS=draining")
         self.log("draining", executing=len(self.watches))
         waiting = [watch for watch in self.watches.values() if watch.spec is not None]
@@ -1661,7 +1786,8 @@ class Supervisor:
         while self.watches:
             if self._store_usable():
                 self._phase("ingestion", self.ingest_exits)
-                self._phase("requests", self.handle_requests)
+                if self.leading:
+                    self._phase("requests", self.handle_requests)
                 self._phase("notification", self.notify_failures)
             else:
                 self._phase("watch", self._collect_reaped)
@@ -1721,6 +1847,7 @@ def run_supervisor(
     stopped: Callable[[], bool] = lambda: False,
     observer: Observer | None = None,
     launcher_fault: str = "",
+    host: str | None = None,
 ) -> None:
     # `launcher_fault` names the crash tests' kill point inside the fork
     # server (WFSCHED_FAULT); the CLI passes it, never a launcher of its own.
@@ -1749,6 +1876,7 @@ def run_supervisor(
             early,
             stopped,
             observer,
+            host or socket.gethostname(),
         )
     finally:
         for signum, handler in previous.items():
@@ -1767,11 +1895,13 @@ def _supervise(
     early: list[int],
     stopped: Callable[[], bool],
     observer: Observer | None,
+    host: str,
 ) -> None:
     """A SQLite store's ownership lock is its `supervisor.lock` file, taken
-    before the database is opened; a PostgreSQL store's is a session advisory
-    lock on the store's own connection, so the server drops it when this
-    process or its connection dies."""
+    before the database is opened: one supervisor, always the leader. On a
+    PostgreSQL store any number of supervisors join (a shared session lock,
+    which only `store copy` excludes) and the leader lease decides which one
+    leads (`wfsched.daemon.leadership`)."""
     control.start()
     if early or stopped():
         control.stop()
@@ -1786,7 +1916,7 @@ def _supervise(
         assert store is not None
         if ownership is None:
             try:
-                store.take_ownership()  # type: ignore[attr-defined]
+                store.join_supervisors()  # type: ignore[attr-defined]
             except BaseException:
                 store.close()
                 raise
@@ -1800,6 +1930,9 @@ def _supervise(
             # Under the lock, before recovery (e.g. `supervise --apply`).
             prepare(store)
         notifier = notifier or Notifier()
+        leadership = Leadership(
+            store.lease_channel(host, os.getpid()), config.lease, config.lease_renew, clock=clock
+        )
         supervisor = Supervisor(
             store,
             config,
@@ -1809,7 +1942,9 @@ def _supervise(
             log=log,
             notifier=notifier,
             observer=observer,
+            leadership=leadership,
         )
+        leadership.executing = lambda: len(supervisor.watches)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, supervisor.request_stop)
         supervisor.stop_requested = bool(early) or stopped()

@@ -44,6 +44,11 @@ class SupervisorConfig:
     busy_timeout: float = 15.0
     """How long a store write waits for another process's lock before the
     store counts as locked (a fault episode)."""
+    lease: float = 5.0
+    """A PostgreSQL store's leader lease: a leader not heard from for this long
+    is replaced by a standby."""
+    lease_renew: float = 1.0
+    """How often the leader renews its lease (less than `lease`)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ _KEYS = {
     "metrics_listen": _Key("listen", 0),
     "busy_timeout": _Key("seconds", 0.1, 3600),
     "max_log_bytes": _Key("count", 4096),
+    "lease": _Key("seconds", 0.2, 3600),
+    "lease_renew": _Key("seconds", 0.05, 3600),
 }
 
 
@@ -94,7 +101,20 @@ def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig
             flag = _FLAGS.get(key, f"--{key.replace('_', '-')}")
             values[key] = _value("command line", flag, raw, flag=key)
     known = {field.name for field in fields(SupervisorConfig)}
-    return replace(SupervisorConfig(), **{k: v for k, v in values.items() if k in known})
+    config = replace(SupervisorConfig(), **{k: v for k, v in values.items() if k in known})
+    if config.lease_renew >= config.lease:
+        where = "command line" if {"lease", "lease_renew"} & set(_given(overrides)) else str(path)
+        raise DefinitionError(
+            where,
+            "lease_renew",
+            f"must be shorter than lease ({config.lease_renew:g}s is not less than"
+            f" {config.lease:g}s): a leader renews several times per lease",
+        )
+    return config
+
+
+def _given(overrides: dict[str, Any]) -> list[str]:
+    return [key for key, value in overrides.items() if value is not None]
 
 
 def _value(

@@ -14,6 +14,10 @@ from typing import Any
 
 from wfsched.store.connection import Connected
 
+RUNTIME_TABLES = ("leader_lease", "hosts")
+"""Not copied: who leads and which hosts are alive are facts of the running
+supervisors (a copy is refused while any runs), not of the store's history."""
+
 COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "schedules",

@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.metrics_queries import LedgerCount, RunCount, RunFact
 from wfsched.store.rows import (
     AttemptRow,
@@ -238,6 +239,32 @@ class Store(Protocol):
 
     def supervisor_pid(self) -> int | None:
         """The pid of the supervisor owning the store, None if none does (never takes the lock)."""
+        ...
+
+    # -- leadership (DESIGN: one leader per store) ------------------------------------
+
+    def fence(self, epoch: int | None) -> None:
+        """From now on every write transaction is a leader's of `epoch` (None:
+        unfenced) and rolls back with LeaseLost, checked in that transaction,
+        if the lease no longer holds that epoch unexpired. A no-op where a lock
+        file fences the one supervisor (SQLite)."""
+        ...
+
+    def set_idle_limit(self, seconds: float) -> None:
+        """A session idle inside a transaction this long is ended by the server."""
+        ...
+
+    def lease_channel(self, host: str, pid: int) -> Any:
+        """A `wfsched.daemon.leadership.LeaseChannel` on a connection of its own,
+        or None when the store has no lease (SQLite: its supervisor leads)."""
+        ...
+
+    def leader_lease(self) -> LeaseRow | None:
+        """The lease as the database holds it (None: no lease, or never taken)."""
+        ...
+
+    def host_rows(self) -> list[HostRow]:
+        """Every host's heartbeat, by host name."""
         ...
 
     # -- `wfsched store copy` ----------------------------------------------------------

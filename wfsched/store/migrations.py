@@ -213,6 +213,40 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        6,
+        # High availability on a PostgreSQL store (version 5 is another
+        # change's): the leader's lease, with its epoch (the fencing token),
+        # and one heartbeat row per host. A SQLite store has one supervisor,
+        # fenced by its lock file, and leaves both tables empty; they exist
+        # here so both schemas stay the same.
+        "leader lease, host heartbeats",
+        [
+            """
+            CREATE TABLE leader_lease (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                epoch INTEGER NOT NULL CHECK (epoch >= 1),
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                acquired_at REAL NOT NULL,
+                renewed_at REAL NOT NULL,
+                expires_at REAL NOT NULL,
+                released INTEGER NOT NULL DEFAULT 0
+            )
+            """,
+            """
+            CREATE TABLE hosts (
+                host TEXT PRIMARY KEY,
+                pid INTEGER NOT NULL,
+                started_at REAL NOT NULL,
+                last_seen REAL NOT NULL,
+                clock_offset REAL NOT NULL,
+                executing INTEGER NOT NULL DEFAULT 0,
+                stopped INTEGER NOT NULL DEFAULT 0
+            )
+            """,
+        ],
+    ),
 ]
 
 

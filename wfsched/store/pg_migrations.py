@@ -206,6 +206,37 @@ PG_MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        6,
+        # Mirrors SQLite's migration 6. Lease and heartbeat times are epoch
+        # seconds of the database's clock (clock_timestamp()), never a host's.
+        "leader lease, host heartbeats",
+        [
+            """
+            CREATE TABLE leader_lease (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                epoch BIGINT NOT NULL CHECK (epoch >= 1),
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                acquired_at DOUBLE PRECISION NOT NULL,
+                renewed_at DOUBLE PRECISION NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL,
+                released INTEGER NOT NULL DEFAULT 0
+            )
+            """,
+            """
+            CREATE TABLE hosts (
+                host TEXT PRIMARY KEY,
+                pid INTEGER NOT NULL,
+                started_at DOUBLE PRECISION NOT NULL,
+                last_seen DOUBLE PRECISION NOT NULL,
+                clock_offset DOUBLE PRECISION NOT NULL,
+                executing INTEGER NOT NULL DEFAULT 0,
+                stopped INTEGER NOT NULL DEFAULT 0
+            )
+            """,
+        ],
+    ),
 ]
 
 LATEST_PG_VERSION = max(number for number, _why, _statements in PG_MIGRATIONS)

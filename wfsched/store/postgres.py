@@ -36,11 +36,19 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from wfsched.errors import ConflictError, NotFoundError, StoreConnectionLost, StoreError
+from wfsched.errors import (
+    ConflictError,
+    LeaseLost,
+    NotFoundError,
+    StoreConnectionLost,
+    StoreError,
+)
 from wfsched.store.audit_queries import normalize_sql
 from wfsched.store.copying import BATCH
+from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.location import StoreLocation
 from wfsched.store.pg_dialect import POSTGRES
+from wfsched.store.pg_lease import DB_NOW, LEASE_COLUMNS, PgLeaseChannel, lease_row
 from wfsched.store.rows import SchemaProblem
 from wfsched.store.sqlite import LOCK_NAME, RUNS_DIR, SQLiteStore
 
@@ -49,7 +57,8 @@ LOCK_CLASS = 0x77667363
 WRITE_LOCK = 1
 """Second key: the transaction lock every write transaction takes first."""
 OWNER_LOCK = 2
-"""Second key: the session lock a supervisor holds for its whole life."""
+"""Second key: the session lock every supervisor holds (shared) for its whole
+life; `store copy` takes it exclusively, so the two exclude each other."""
 CONNECT_TIMEOUT = 10
 
 
@@ -85,6 +94,9 @@ class PostgresStore(SQLiteStore):
         self.runs_dir = runs_dir or self.root / RUNS_DIR
         self._savepoints = itertools.count(1)
         self._owner = False
+        self._member = False
+        self._fence: int | None = None
+        self._idle_limit: float | None = None
         self._conn = self._connect()
         try:
             if not create and self.schema_version == 0:
@@ -120,6 +132,10 @@ class PostgresStore(SQLiteStore):
         self._conn = self._connect()
         if self._owner:
             self.take_ownership()
+        if self._member:
+            self.join_supervisors()
+        if self._idle_limit is not None:
+            self.set_idle_limit(self._idle_limit)
 
     def close(self) -> None:
         self._conn.close()
@@ -200,6 +216,8 @@ class PostgresStore(SQLiteStore):
         try:
             self._raw(f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {WRITE_LOCK})")
             yield
+            if self._fence is not None:
+                self._check_fence(self._fence)
         except BaseException:
             with suppress(psycopg.Error, StoreError):
                 self._raw("ROLLBACK")
@@ -348,11 +366,88 @@ class PostgresStore(SQLiteStore):
                 f" FROM {table} HAVING MAX(seq) IS NOT NULL"
             )
 
+    # -- leadership (a lease with a fencing epoch) ------------------------------------
+
+    def fence(self, epoch: int | None) -> None:
+        """Make every write transaction from now on a leader's of `epoch`
+        (None: a standby's, unfenced): each checks, just before its COMMIT,
+        that the lease still holds this epoch and has not expired by the
+        database's clock, and rolls back with LeaseLost if not.
+
+        The check holds the lease row FOR SHARE until COMMIT, so a takeover
+        (which updates that row) waits for it: a leader's commit can never land
+        after a takeover. A leader stopped inside a transaction (SIGSTOP) would
+        hold that lock, so a leader's session may idle in a transaction for one
+        lease at most before the server ends it."""
+        self._fence = epoch
+
+    def set_idle_limit(self, seconds: float) -> None:
+        """The server ends this session if it idles that long inside a
+        transaction (its locks, the write lock included, die with it)."""
+        self._idle_limit = seconds
+        self._raw(f"SET idle_in_transaction_session_timeout = {max(1, int(seconds * 1000))}")
+
+    def _check_fence(self, epoch: int) -> None:
+        row = self._execute(
+            "SELECT 1 FROM leader_lease WHERE id = 1 AND epoch = ?"
+            f" AND released = 0 AND expires_at > {DB_NOW} FOR SHARE",
+            (epoch,),
+        ).fetchone()
+        if row is None:
+            raise LeaseLost(
+                f"store {self.display}: the lease of epoch {epoch} is no longer held;"
+                " this transaction was rolled back"
+            )
+
+    def lease_channel(self, host: str, pid: int) -> PgLeaseChannel:  # type: ignore[override]
+        """A connection of its own for taking and renewing the lease."""
+        return PgLeaseChannel(self.location.conninfo or "", self.display, host, pid, self._scrub)
+
+    def leader_lease(self) -> LeaseRow | None:
+        row = self._execute(
+            f"SELECT {LEASE_COLUMNS}, {DB_NOW} FROM leader_lease WHERE id = 1"
+        ).fetchone()
+        return lease_row(row) if row is not None else None
+
+    def host_rows(self) -> list[HostRow]:
+        rows = self._execute(
+            "SELECT host, pid, started_at, last_seen, clock_offset, executing, stopped,"
+            f" {DB_NOW} FROM hosts ORDER BY host"
+        ).fetchall()
+        return [
+            HostRow(
+                str(host),
+                int(pid),
+                float(started),
+                float(seen),
+                float(offset),
+                int(executing),
+                bool(stopped),
+                float(now),
+            )
+            for host, pid, started, seen, offset, executing, stopped, now in rows
+        ]
+
     # -- the supervisor's ownership --------------------------------------------------
 
+    def join_supervisors(self) -> None:
+        """The shared session lock every supervisor of this store holds (any
+        number may: one leads by the lease); ConflictError while `store copy`
+        holds the store."""
+        row = self._execute(
+            f"SELECT pg_try_advisory_lock_shared({LOCK_CLASS}, {OWNER_LOCK})"
+        ).fetchone()
+        if not row[0]:
+            raise ConflictError(
+                f"{self.display}: the store is being copied (wfsched store copy);"
+                " start the supervisor once the copy is done"
+            )
+        self._member = True
+
     def take_ownership(self) -> None:
-        """The session advisory lock a supervisor holds while it runs (the
-        server drops it with the connection); ConflictError if another holds it."""
+        """The session advisory lock held exclusively (`store copy`): none of
+        the store's supervisors may run meanwhile; the server drops it with
+        the connection. ConflictError if a supervisor holds the store."""
         row = self._execute(f"SELECT pg_try_advisory_lock({LOCK_CLASS}, {OWNER_LOCK})").fetchone()
         if not row[0]:
             pid = self.supervisor_pid()
@@ -364,7 +459,8 @@ class PostgresStore(SQLiteStore):
         self._owner = True
 
     def supervisor_pid(self) -> int | None:
-        """The owning supervisor's pid (as it recorded it), or None if no one owns the store."""
+        """The leading supervisor's pid; 0 when supervisors (or a copy) hold
+        the store but none leads right now; None if none holds it."""
         row = self._execute(
             "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
@@ -372,5 +468,8 @@ class PostgresStore(SQLiteStore):
         ).fetchone()
         if row is None:
             return None
+        lease = self.leader_lease()
+        if lease is not None and lease.live:
+            return lease.pid
         pid = self.get_meta("pid")
-        return int(pid) if pid and pid.isdigit() else 0
+        return int(pid) if pid and pid.isdigit() and lease is None else 0

@@ -24,6 +24,7 @@ from wfsched.store.audit_queries import AuditQueries
 from wfsched.store.batching import chunked
 from wfsched.store.copying import CopyQueries
 from wfsched.store.dialect import SQLITE
+from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.metrics_queries import MetricsQueries
 from wfsched.store.operator import OperatorQueries
 from wfsched.store.retention_queries import RetentionQueries
@@ -552,6 +553,24 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         from wfsched.store.ownership import holder
 
         return holder(self.lock_path)
+
+    # -- leadership: one supervisor, fenced by its lock file ----------------------
+
+    def fence(self, epoch: int | None) -> None:
+        """Nothing to check: the lock file lets one supervisor write at all."""
+
+    def set_idle_limit(self, seconds: float) -> None:
+        """No server to end a stuck session; the lock file is the fence."""
+
+    def lease_channel(self, host: str, pid: int) -> None:
+        """No lease: the supervisor holding the lock file leads."""
+        return None
+
+    def leader_lease(self) -> LeaseRow | None:
+        return None
+
+    def host_rows(self) -> list[HostRow]:
+        return []
 
 
 def _schedule(row: Sequence[Any]) -> ScheduleRow:
