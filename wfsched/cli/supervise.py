@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     help="Serve Prometheus /metrics and /healthz here (PORT or :PORT = loopback). [off]",
 )
 @click.option(
+    "--host",
+    metavar="NAME",
+    help="The name recorded on every run this supervisor admits. [the hostname]",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["human", "json"]),
     default="human",
@@ -59,6 +64,7 @@ def supervise(
     drain_grace: float | None,
     apply_dir: str | None,
     metrics: str | None,
+    host: str | None,
     log_format: str,
 ) -> None:
     """Run the supervisor: admit due occurrences, launch and watch runs.
@@ -82,6 +88,7 @@ def supervise(
             "max_concurrent_runs": max_concurrent_runs,
             "drain_grace": drain_grace,
             "metrics_listen": metrics,
+            "host": host,
         },
     )
     log = EventLog(log_format, clock=state.clock)

@@ -273,7 +273,7 @@ class Supervisor:
         # Opened now, while descriptors are to be had (see FaultFile).
         self.fault_file.write(None)
         self.notifier.send("READY=1", "STATUS=supervising")
-        self.log("started", pid=os.getpid(), store=self.store.display)
+        self.log("started", pid=os.getpid(), host=self.config.host, store=self.store.display)
         waiter = self._waiter = Waiter()
         waiter.watch(self.control.fileno())
         watchdog_due = time.monotonic()
@@ -728,7 +728,9 @@ class Supervisor:
         if reason is not None:
             return reason
         invocation = _invocation(defn, document)
-        return self.store.insert_run(row.id, kind, instant, row.revision, invocation, now)
+        return self.store.insert_run(
+            row.id, kind, instant, row.revision, invocation, now, host=self.config.host
+        )
 
     @staticmethod
     def _resolve(
