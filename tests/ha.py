@@ -27,7 +27,7 @@ class Host:
         self.env = {"XDG_STATE_HOME": str(self.state)}
 
     def supervise(self, url: str, *args: str, env: dict[str, str] | None = None) -> Daemon:
-        return Daemon(url, *LEASE, *args, env={**self.env, **(env or {})})
+        return Daemon(url, "--host", self.name, *LEASE, *args, env={**self.env, **(env or {})})
 
 
 def lease(url: str) -> tuple[Any, ...] | None:

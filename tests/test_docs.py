@@ -628,3 +628,21 @@ def test_the_architecture_map_names_every_module() -> None:
         if f"`{relative.name}`" not in text:
             missing.append(str(relative))
     assert not missing, f"docs/architecture.md does not name: {sorted(set(missing))}"
+
+
+def test_run_json_fields_are_documented(tmp_path: Path) -> None:
+    """Every field of a run's JSON (`runs show --json`, `runs --json`) is named in
+    the JSON table of docs/operations.md."""
+    from tests.test_supervisor_loop import T0, Harness
+
+    h = Harness(tmp_path / "s")
+    h.define("a", cron="0 * * * *")
+    h.tick_at(T0)
+    view = h.runs.show("run-000001")
+    row = next(
+        line
+        for line in (DOCS / "operations.md").read_text().splitlines()
+        if line.startswith("| run (")
+    )
+    missing = [key for key in (*view, *view["attempts"][0]) if f"`{key}`" not in row]
+    assert not missing, f"run JSON fields missing from docs/operations.md: {missing}"

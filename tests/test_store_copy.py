@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ def test_sqlite_to_postgresql_and_back_keeps_every_row_and_file(
     original = everything(source.store)
     source.store.close()
     assert original["occurrences"] and original["runs"] and original["revisions"]
+    # Each run's host travels with it (the last column of runs).
+    assert {row[-1] for row in original["runs"]} == {socket.gethostname()}
     code, out, err = run_cli(
         "--store", str(tmp_path / "source"), "store", "copy", "--to", pg_url, "--json"
     )

@@ -250,6 +250,7 @@ def run_view(row: RunRow, attempts: list[AttemptRow]) -> dict[str, Any]:
         "reason": row.reason,
         "exit_code": row.exit_code,
         "revision": row.revision,
+        "host": row.host,
         "scheduled_at": format_instant(row.scheduled_at),
         "admitted_at": format_event(row.admitted_at),
         "started_at": format_event(row.started_at),

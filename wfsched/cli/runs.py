@@ -184,6 +184,7 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
     for key in ("schedule_id", "occurrence_id", "kind", "state", "reason", "exit_code"):
         add_row(grid, key, view[key])
     add_row(grid, "revision", view["revision"])
+    add_row(grid, "host", view["host"] or "(not recorded: admitted before runs had hosts)")
     zone = _Zones(state).of(view["schedule_id"])
     for key in ("scheduled_at", "admitted_at", "started_at", "finished_at"):
         when = view[key]

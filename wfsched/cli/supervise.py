@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     help="Serve Prometheus /metrics and /healthz here (PORT or :PORT = loopback). [off]",
 )
 @click.option(
+    "--host",
+    metavar="NAME",
+    help="The name recorded on every run this supervisor admits. [the hostname]",
+)
+@click.option(
     "--lease",
     type=Duration(),
     metavar="DURATION",
@@ -72,6 +77,7 @@ def supervise(
     drain_grace: float | None,
     apply_dir: str | None,
     metrics: str | None,
+    host: str | None,
     lease: float | None,
     lease_renew: float | None,
     log_format: str,
@@ -97,6 +103,7 @@ def supervise(
             "max_concurrent_runs": max_concurrent_runs,
             "drain_grace": drain_grace,
             "metrics_listen": metrics,
+            "host": host,
             "lease": lease,
             "lease_renew": lease_renew,
         },

@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -293,7 +292,7 @@ class Supervisor:
         # Opened now, while descriptors are to be had (see FaultFile).
         self.fault_file.write(None)
         self.notifier.send("READY=1", "STATUS=supervising")
-        self.log("started", pid=os.getpid(), store=self.store.display)
+        self.log("started", pid=os.getpid(), host=self.config.host, store=self.store.display)
         waiter = self._waiter = Waiter()
         waiter.watch(self.control.fileno())
         if self.leadership.fenced:
@@ -359,11 +358,14 @@ class Supervisor:
 
     def _runs_here(self, run: RunRow) -> bool:
         """Whether `run` executes on this host, so this supervisor is its agent.
-        With one supervisor (no lease) every run is. With a lease, a run's
-        attempt record directory is made on the host that launches it, before
-        the attempt is marked, so it exists only there."""
+        With one supervisor (no lease) every run is. With a lease, the run's
+        recorded host says; a run recorded before runs had hosts is this
+        host's if its attempt record directory is here (it is made on the
+        launching host before the attempt is marked)."""
         if not self.leadership.fenced:
             return True
+        if run.host is not None:
+            return run.host == self.config.host
         return attempt_record_dir(self.store.root, run.run_id, run.attempt).exists()
 
     # -- leadership ----------------------------------------------------------------
@@ -832,7 +834,9 @@ class Supervisor:
         if reason is not None:
             return reason
         invocation = _invocation(defn, document)
-        return self.store.insert_run(row.id, kind, instant, row.revision, invocation, now)
+        return self.store.insert_run(
+            row.id, kind, instant, row.revision, invocation, now, host=self.config.host
+        )
 
     @staticmethod
     def _resolve(
@@ -1847,7 +1851,6 @@ def run_supervisor(
     stopped: Callable[[], bool] = lambda: False,
     observer: Observer | None = None,
     launcher_fault: str = "",
-    host: str | None = None,
 ) -> None:
     # `launcher_fault` names the crash tests' kill point inside the fork
     # server (WFSCHED_FAULT); the CLI passes it, never a launcher of its own.
@@ -1876,7 +1879,6 @@ def run_supervisor(
             early,
             stopped,
             observer,
-            host or socket.gethostname(),
         )
     finally:
         for signum, handler in previous.items():
@@ -1895,7 +1897,6 @@ def _supervise(
     early: list[int],
     stopped: Callable[[], bool],
     observer: Observer | None,
-    host: str,
 ) -> None:
     """A SQLite store's ownership lock is its `supervisor.lock` file, taken
     before the database is opened: one supervisor, always the leader. On a
@@ -1931,7 +1932,10 @@ def _supervise(
             prepare(store)
         notifier = notifier or Notifier()
         leadership = Leadership(
-            store.lease_channel(host, os.getpid()), config.lease, config.lease_renew, clock=clock
+            store.lease_channel(config.host, os.getpid()),
+            config.lease,
+            config.lease_renew,
+            clock=clock,
         )
         supervisor = Supervisor(
             store,

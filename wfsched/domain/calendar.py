@@ -365,77 +365,60 @@ class CronCalendar:
 
     def next_after(self, t: datetime) -> datetime:
         """The first occurrence strictly after `t`, in UTC (fold repeats completed)."""
-        t = _query_instant(t)
-        if t.tzinfo is not UTC:
-            t = t.astimezone(UTC)
-        local = t.astimezone(self.zone)
-        answer, best = self._raw(local, forward=True)
-        if answer.fold:
-            # croniter named the second instant of a repeated wall time; the
-            # first comes before it, and counts if it is still after `t`.
-            first = _twin(answer)
-            if first is not None and first > t:
-                best = first
-        if local.fold:
-            return best  # `t` is in the second pass, where croniter is exact
-        twin = _twin(local)
-        if twin is None:
-            return best
-        # `t` is in the first pass of a fold. What follows it in the first pass
-        # comes first; after that, the second pass repeats the matching wall
-        # times up to `t`'s own, which croniter may skip (it answers past the
-        # fold when no matching wall time follows `t`'s in the first pass).
-        # They are found from the second pass backwards, where croniter is exact.
-        shift = twin - t
-        if self._in_pass(best.astimezone(self.zone), t, shift, second=False):
-            return best
-        cursor = twin.replace(second=0, microsecond=0) + _MINUTE
-        while True:
-            try:
-                before, moment = self._raw(cursor.astimezone(self.zone), forward=False)
-            except CalendarExhausted:
-                return best
-            if not self._in_pass(before, twin, shift, second=True):
-                return best
-            cursor = moment
-            best = min(best, moment)
+        return self._step(t, forward=True)
 
     def prev_before(self, t: datetime) -> datetime:
         """The last occurrence strictly before `t`, in UTC (fold repeats completed)."""
+        return self._step(t, forward=False)
+
+    def _step(self, t: datetime, *, forward: bool) -> datetime:
+        """One step from `t`, completing what croniter misses in a fold.
+
+        Forward, croniter is exact from a second pass and may skip the first
+        pass's repeats; backward, the mirror image. Named for forward:
+        `ahead` is the pass croniter may skip wall times of, `behind` the
+        other one, where it is exact.
+        """
         t = _query_instant(t)
         if t.tzinfo is not UTC:
             t = t.astimezone(UTC)
+        beyond = (lambda x: x > t) if forward else (lambda x: x < t)
+        nearer = min if forward else max
         local = t.astimezone(self.zone)
-        answer, best = self._raw(local, forward=False)
-        if not answer.fold:
-            # croniter named the first instant of a repeated wall time (or an
-            # unrepeated one); the second comes after it, and counts if it is
-            # still before `t`.
-            second = _twin(answer)
-            if second is not None and second < t:
-                best = second
-        if not local.fold:
-            return best  # `t` is not in a second pass: croniter is exact
+        answer, best = self._raw(local, forward=forward)
+        if bool(answer.fold) == forward:
+            # croniter named one instant of a repeated wall time; its twin on
+            # the near side counts if it is still beyond `t`.
+            twin = _twin(answer)
+            if twin is not None and beyond(twin):
+                best = twin
+        if bool(local.fold) == forward:
+            return best  # `t` is in the pass where croniter is exact
         twin = _twin(local)
         if twin is None:
             return best
-        # The mirror image: `t` is in the second pass of a fold. What precedes
-        # it in the second pass comes first; before that, the first pass holds
-        # the matching wall times from `t`'s own on, which croniter may skip.
-        # They are found from the first pass forwards, where croniter is exact.
-        shift = t - twin
-        if self._in_pass(best.astimezone(self.zone), t, shift, second=True):
+        # `t` is in the pass croniter may skip. What follows it (forward) in
+        # its own pass comes first; after that, the other pass repeats the
+        # matching wall times up to `t`'s own, which croniter may skip. They
+        # are found from the other pass walking back towards `t`, where
+        # croniter is exact.
+        shift = twin - t if forward else t - twin
+        if self._in_pass(best.astimezone(self.zone), t, shift, second=not forward):
             return best
-        cursor = _ceil_minute(twin) - _MINUTE
+        cursor = (
+            twin.replace(second=0, microsecond=0) + _MINUTE
+            if forward
+            else _ceil_minute(twin) - _MINUTE
+        )
         while True:
             try:
-                after, moment = self._raw(cursor.astimezone(self.zone), forward=True)
+                found, moment = self._raw(cursor.astimezone(self.zone), forward=not forward)
             except CalendarExhausted:
                 return best
-            if not self._in_pass(after, twin, shift, second=False):
+            if not self._in_pass(found, twin, shift, second=forward):
                 return best
             cursor = moment
-            best = max(best, moment)
+            best = nearer(best, moment)
 
     def next_after_epoch(self, t: int) -> int:
         return _to_epoch(self.next_after(_from_epoch(t)))

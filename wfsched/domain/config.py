@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields, replace
+import socket
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ class SupervisorConfig:
     busy_timeout: float = 15.0
     """How long a store write waits for another process's lock before the
     store counts as locked (a fault episode)."""
+    host: str = field(default_factory=lambda: socket.gethostname())
+    """The name this supervisor records on every run it admits (`--host`)."""
     lease: float = 5.0
     """A PostgreSQL store's leader lease: a leader not heard from for this long
     is replaced by a standby."""
@@ -72,9 +75,14 @@ _KEYS = {
     "metrics_listen": _Key("listen", 0),
     "busy_timeout": _Key("seconds", 0.1, 3600),
     "max_log_bytes": _Key("count", 4096),
+    "host": _Key("host", 0),
     "lease": _Key("seconds", 0.2, 3600),
     "lease_renew": _Key("seconds", 0.05, 3600),
 }
+
+MAX_HOST_LENGTH = 253
+"""A DNS name's limit: any real host name fits, a pasted paragraph does not."""
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig:
@@ -102,6 +110,13 @@ def load_config(store_root: Path, overrides: dict[str, Any]) -> SupervisorConfig
             values[key] = _value("command line", flag, raw, flag=key)
     known = {field.name for field in fields(SupervisorConfig)}
     config = replace(SupervisorConfig(), **{k: v for k, v in values.items() if k in known})
+    if "host" not in values:
+        try:
+            check_host(config.host)
+        except ValueError as exc:
+            raise DefinitionError(
+                "this machine's host name", "host", f"{exc}; give --host or config host"
+            ) from None
     if config.lease_renew >= config.lease:
         where = "command line" if {"lease", "lease_renew"} & set(_given(overrides)) else str(path)
         raise DefinitionError(
@@ -121,6 +136,13 @@ def _value(
     source: str, key: str, raw: Any, flag: str | None = None
 ) -> float | int | str | tuple[str, ...]:
     spec = _KEYS[flag or key]
+    if spec.kind == "host":
+        if not isinstance(raw, str):
+            raise DefinitionError(source, key, 'must be a string like "db-host-1"')
+        try:
+            return check_host(raw)
+        except ValueError as exc:
+            raise DefinitionError(source, key, str(exc)) from None
     if spec.kind == "listen":
         if not isinstance(raw, str):
             raise DefinitionError(source, key, 'must be a string like "127.0.0.1:9464"')
@@ -148,6 +170,21 @@ def _value(
     if value > spec.maximum:
         raise DefinitionError(source, key, f"must be at most {spec.maximum:g} seconds")
     return value
+
+
+def check_host(name: str) -> str:
+    """A host name as runs record it: 1-253 characters, letters, digits, `.`,
+    `-`, `_`, starting with a letter or digit (an operator reads it in
+    `runs show` and finds the host by it). ValueError saying what is wrong."""
+    if not name:
+        raise ValueError("must not be empty")
+    if len(name) > MAX_HOST_LENGTH:
+        raise ValueError(f"is {len(name)} characters long; at most {MAX_HOST_LENGTH}")
+    if not _HOST_NAME.fullmatch(name):
+        raise ValueError(
+            f"{name!r}: only letters, digits, '.', '-' and '_', starting with a letter or digit"
+        )
+    return name
 
 
 # -- listen addresses (`metrics_listen`): parsed here, so reading the

@@ -54,6 +54,7 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "started_at",
             "finished_at",
             "attempt",
+            "host",
         ),
     ),
     (
@@ -68,6 +69,8 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "reason",
             "shim_pid",
             "shim_start_time",
+            "stdout_tail",
+            "stderr_tail",
         ),
     ),
     (

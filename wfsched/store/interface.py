@@ -162,7 +162,10 @@ class Store(Protocol):
         revision: int,
         invocation: str,
         admitted_at: float,
-    ) -> int: ...
+        host: str | None = None,
+    ) -> int:
+        """`host`: the host whose supervisor admits the run and executes it."""
+        ...
 
     def get_run(self, seq: int) -> RunRow | None: ...
 

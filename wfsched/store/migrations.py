@@ -214,6 +214,21 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ],
     ),
     (
+        5,
+        # Beyond one host (runs and hosts). Each run records the host whose
+        # supervisor admitted and executed it (NULL for runs recorded before
+        # this version), so an operator elsewhere knows where its run directory
+        # and full logs are. Each attempt's exit record keeps the last 64 KiB of
+        # its stdout and stderr, taken when the supervisor ingests the exit, so
+        # `runs logs` shows output on any host (NULL: not recorded).
+        "run hosts, output tails of attempts",
+        [
+            "ALTER TABLE runs ADD COLUMN host TEXT",
+            "ALTER TABLE attempts ADD COLUMN stdout_tail BLOB",
+            "ALTER TABLE attempts ADD COLUMN stderr_tail BLOB",
+        ],
+    ),
+    (
         6,
         # High availability on a PostgreSQL store (version 5 is another
         # change's): the leader's lease, with its epoch (the fencing token),

@@ -207,6 +207,17 @@ PG_MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ],
     ),
     (
+        5,
+        # Mirrors SQLite's migration 5: the host that executed each run, and
+        # the last 64 KiB of each attempt's stdout and stderr.
+        "run hosts, output tails of attempts",
+        [
+            "ALTER TABLE runs ADD COLUMN host TEXT",
+            "ALTER TABLE attempts ADD COLUMN stdout_tail BYTEA",
+            "ALTER TABLE attempts ADD COLUMN stderr_tail BYTEA",
+        ],
+    ),
+    (
         6,
         # Mirrors SQLite's migration 6. Lease and heartbeat times are epoch
         # seconds of the database's clock (clock_timestamp()), never a host's.

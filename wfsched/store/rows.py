@@ -107,6 +107,9 @@ class RunRow:
     started_at: float | None
     finished_at: float | None
     attempt: int
+    host: str | None = None
+    """The host that admitted and executes the run (None: recorded before
+    runs had hosts)."""
 
     @property
     def run_id(self) -> str:

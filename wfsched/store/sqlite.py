@@ -63,7 +63,7 @@ _SCHEDULE_MUTABLE = frozenset(
 )
 _RUN_COLUMNS = (
     "seq, schedule_id, kind, scheduled_at, state, reason, exit_code, revision, invocation,"
-    " admitted_at, started_at, finished_at, attempt"
+    " admitted_at, started_at, finished_at, attempt, host"
 )
 _RUN_MUTABLE = frozenset({"state", "reason", "exit_code", "started_at", "finished_at", "attempt"})
 _ATTEMPT_COLUMNS = (
@@ -348,11 +348,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         revision: int,
         invocation: str,
         admitted_at: float,
+        host: str | None = None,
     ) -> int:
         cursor = self._execute(
             "INSERT INTO runs (schedule_id, kind, scheduled_at, state, revision, invocation,"
-            " admitted_at) VALUES (?, ?, ?, 'admitted', ?, ?, ?)",
-            (schedule_id, kind, scheduled_at, revision, invocation, admitted_at),
+            " admitted_at, host) VALUES (?, ?, ?, 'admitted', ?, ?, ?, ?)",
+            (schedule_id, kind, scheduled_at, revision, invocation, admitted_at, host),
         )
         return self.dialect.inserted_id(cursor)
 
