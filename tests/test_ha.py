@@ -249,3 +249,63 @@ def test_status_shows_the_leader_the_standbys_and_the_hosts(pg_url: str, tmp_pat
     finally:
         assert second.stop() == 0
         assert first.stop() == 0
+
+
+def test_a_lost_host_has_its_runs_abandoned_and_a_late_exit_is_only_disclosed(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The leader (host a) runs a job, then is stopped longer than
+    host_timeout: host b takes over and fails the run as abandoned naming
+    host a, never re-running it. When a wakes, the job's exit it records is
+    appended to the run's reason and the run stays failed."""
+    a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
+    out = tmp_path / "job"
+    first = a.supervise(pg_url, "--host-timeout", "2")
+    first.wait_started()
+    wait_leader(pg_url, [first])
+    second = b.supervise(pg_url, "--host-timeout", "2")
+    second.wait_started()
+    try:
+        job = write_definition(
+            tmp_path / "defs",
+            "job",
+            f'id = "job"\n[trigger]\nat = "{utc_in(1)}"\n'
+            f'[run]\ncommand = ["sh", "-c", "sleep 5; echo ran >> {out}"]\n',
+        )
+        assert wfsched(pg_url, "create", str(job)).returncode == 0
+        wait_for(
+            lambda: [r for r in wfsched_json(pg_url, "runs")["items"] if r["state"] == "running"],
+            what="the job to start on host a",
+        )
+        first.proc.send_signal(signal.SIGSTOP)
+        wait_leader(pg_url, [second])
+        failed = wait_for(
+            lambda: [r for r in wfsched_json(pg_url, "runs")["items"] if r["state"] == "failed"],
+            timeout=20,
+            what="the run of the lost host to be abandoned",
+        )
+        assert failed[0]["host"] == "a"
+        assert failed[0]["reason"].startswith("abandoned: its host a has sent no heartbeat")
+        assert "external effects" in failed[0]["reason"]
+        lost = wfsched_json(pg_url, "status")
+        assert [h["role"] for h in lost["hosts"] if h["host"] == "a"] == ["lost"]
+        assert any("host a: no heartbeat" in w for w in lost["warnings"])
+        first.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: out.exists(), timeout=20, what="the job to finish on host a")
+        run = wait_for(
+            lambda: (lambda r: r if "reported later" in (r["reason"] or "") else None)(
+                wfsched_json(pg_url, "runs")["items"][0]
+            ),
+            timeout=20,
+            what="the late exit to be disclosed",
+        )
+        assert run["state"] == "failed"
+        assert "its host reported later that it exited with status 0" in run["reason"]
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+        assert first.stop() == 0
+        assert second.stop() == 0
+    assert out.read_text() == "ran\n"
+    runs = wfsched_json(pg_url, "runs")["items"]
+    assert len(runs) == 1
+    check_invariants(pg_url, None, [a, b])

@@ -18,12 +18,15 @@ from wfsched.domain.tickerrors import META_KEY as TICK_ERRORS_KEY
 from wfsched.domain.tickerrors import published
 from wfsched.domain.timeutil import Clock, format_event, format_instant, wall_clock
 from wfsched.store import Store
+from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.runtime_file import read_fault
 
 DEFAULTS = SupervisorConfig()
 """Reported (capacity) or used for staleness (interval) when the supervisor
 did not record its own."""
 STALE_AFTER_POLLS = 3
+CLOCK_WARNING = 1.0
+"""Seconds a host's clock may differ from the database's before `status` warns."""
 
 
 def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
@@ -59,6 +62,9 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         due = store.earliest_due_schedule()
         blocked = store.blocked_schedules()
         rejected = store.standing_rejections()
+        lease = store.leader_lease()
+        hosts = store.host_rows()
+        host_timeout = _number(store.get_meta("host_timeout")) or DEFAULTS.host_timeout
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
     poll_interval = _number(meta["poll_interval"]) or DEFAULTS.poll_interval
@@ -112,6 +118,70 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             for row in rejected
         ],
         "store": store.display,
+        **_cluster(store.kind, lease, hosts, host_timeout),
+    }
+
+
+def _cluster(
+    kind: str, lease: LeaseRow | None, hosts: list[HostRow], host_timeout: float
+) -> dict[str, Any]:
+    """Who leads and which hosts are there (a PostgreSQL store's supervisors).
+
+    Times come from the database's clock. A host is `leader`, `standby`,
+    `stopped` (its supervisor shut down cleanly) or `lost` (no heartbeat for
+    `host_timeout`); a clock more than CLOCK_WARNING seconds off the
+    database's is warned about (decisions stay right, but its log times and
+    `now` disagree with the other hosts')."""
+    leader = None
+    if lease is not None and lease.live:
+        leader = {
+            "host": lease.host,
+            "pid": lease.pid,
+            "epoch": lease.epoch,
+            "since": format_event(lease.acquired_at),
+            "lease_expires_at": format_event(lease.expires_at),
+        }
+    listed = []
+    warnings = []
+    for row in hosts:
+        if row.stopped:
+            role = "stopped"
+        elif row.db_now - row.last_seen > host_timeout:
+            role = "lost"
+        elif leader is not None and row.host == leader["host"] and row.pid == leader["pid"]:
+            role = "leader"
+        else:
+            role = "standby"
+        listed.append(
+            {
+                "host": row.host,
+                "pid": row.pid,
+                "role": role,
+                "last_seen": format_event(row.last_seen),
+                "clock_offset": round(row.clock_offset, 3),
+                "executing": row.executing,
+            }
+        )
+        if role != "stopped" and abs(row.clock_offset) > CLOCK_WARNING:
+            ahead = "ahead of" if row.clock_offset > 0 else "behind"
+            warnings.append(
+                f"host {row.host}: clock {abs(row.clock_offset):.1f}s {ahead} the database's"
+            )
+        if role == "lost":
+            warnings.append(
+                f"host {row.host}: no heartbeat since {format_event(row.last_seen)}"
+                f" (more than {host_timeout:g}s)"
+            )
+    return {
+        "store_kind": kind,
+        "leader": leader,
+        "standbys": [
+            {"host": item["host"], "pid": item["pid"]}
+            for item in listed
+            if item["role"] == "standby"
+        ],
+        "hosts": listed,
+        "warnings": warnings,
     }
 
 
@@ -128,7 +198,7 @@ def _launcher(meta: dict[str, str | None]) -> dict[str, Any] | None:
     }
 
 
-def status_without_store(display: str) -> dict[str, Any]:
+def status_without_store(display: str, kind: str = "sqlite") -> dict[str, Any]:
     """The same shape for a store that does not exist yet (nothing to report)."""
     return {
         "supervisor": {
@@ -151,6 +221,7 @@ def status_without_store(display: str) -> dict[str, Any]:
         "launcher": None,
         "preflight_rejected": [],
         "store": display,
+        **_cluster(kind, None, [], DEFAULTS.host_timeout),
     }
 
 

@@ -588,7 +588,8 @@ def status(state: CliState, as_json: bool) -> None:
 
     store = state.read_store()
     if store is None:
-        info = status_without_store(state.location().display)
+        location = state.location()
+        info = status_without_store(location.display, location.kind)
     else:
         info = store_status(store, clock=state.clock)
     if as_json:
@@ -647,7 +648,30 @@ def status(state: CliState, as_json: bool) -> None:
             f"{ended['kind']} from {ended['since']} to {ended['ended']}"
             f" ({ended['duration']:g}s): {ended['error']}",
         )
+    if info["store_kind"] == "postgresql":
+        leader = info["leader"]
+        output.add_row(
+            grid,
+            "leader",
+            f"{leader['host']} (pid {leader['pid']}, epoch {leader['epoch']},"
+            f" lease until {leader['lease_expires_at']})"
+            if leader
+            else "NONE: no supervisor holds the lease",
+        )
+        output.add_row(
+            grid,
+            "standbys",
+            ", ".join(f"{s['host']} (pid {s['pid']})" for s in info["standbys"]) or "none",
+        )
     output.show(state.get_console(), grid)
+    for host in info["hosts"]:
+        output.say(
+            f"host {host['host']}: {host['role']}, pid {host['pid']}, last seen"
+            f" {host['last_seen']}, clock offset {host['clock_offset']:+.3f}s,"
+            f" executing {host['executing']}"
+        )
+    for warning in info["warnings"]:
+        output.say(f"warning: {warning}")
     for blocked in info["blocked"]:
         output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")
     for rejection in info["preflight_rejected"]:

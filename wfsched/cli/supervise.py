@@ -63,6 +63,12 @@ if TYPE_CHECKING:
     help="PostgreSQL store: how often the leader renews its lease (< --lease). [1s]",
 )
 @click.option(
+    "--host-timeout",
+    type=Duration(),
+    metavar="DURATION",
+    help="PostgreSQL store: a host silent this long is lost; the leader fails its runs. [60s]",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["human", "json"]),
     default="human",
@@ -80,6 +86,7 @@ def supervise(
     host: str | None,
     lease: float | None,
     lease_renew: float | None,
+    host_timeout: float | None,
     log_format: str,
 ) -> None:
     """Run the supervisor: admit due occurrences, launch and watch runs.
@@ -106,6 +113,7 @@ def supervise(
             "host": host,
             "lease": lease,
             "lease_renew": lease_renew,
+            "host_timeout": host_timeout,
         },
     )
     log = EventLog(log_format, clock=state.clock)
@@ -126,7 +134,12 @@ def supervise(
             else f"{location.local_dir / CONFIG_NAME}: metrics_listen"
         )
         server = MetricsServer(parse_listen(config.metrics_listen), source)
-        observer = Metrics(poll_interval=config.poll_interval, clock=clock)
+        observer = Metrics(
+            poll_interval=config.poll_interval,
+            host=config.host,
+            store_kind=location.kind,
+            clock=clock,
+        )
     prepare = functools.partial(
         _prepare, apply_dir=apply_dir, state=state, log=log, server=server, observer=observer
     )

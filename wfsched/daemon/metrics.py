@@ -282,6 +282,8 @@ class Metrics(Observer):
         self._unfinished: dict[str, int] = {}
         self.refresh_error: str | None = None
         """Why the last tick's store reads failed, if they did."""
+        self._leading = True
+        self._epoch = 0
         self.on_publish: Callable[[], None] | None = None
         """Called (loop thread) after each publish: wakes the metrics renderer."""
         self._seq = 0
@@ -354,6 +356,12 @@ class Metrics(Observer):
 
     def schedule_changed(self, schedule_id: str) -> None:
         self._changed.add(schedule_id)
+
+    def leadership(self, leading: bool, epoch: int | None) -> None:
+        self._leading = leading
+        if epoch is not None:
+            self._epoch = epoch
+        self._publish()
 
     def run_launched(self, seq: int) -> None:
         self._launched.append(seq)
@@ -496,9 +504,10 @@ class Metrics(Observer):
             host=self.host,
             store_kind=self.store_kind,
             # SQLite: the supervisor holding the store's lock is the only one,
-            # so it always leads; there is no lease, hence epoch 0.
-            leader=True,
-            lease_epoch=0,
+            # so it always leads; there is no lease, hence epoch 0. With a
+            # lease: the epoch it last led with (kept while it stands by).
+            leader=self._leading,
+            lease_epoch=self._epoch,
             started_at=self.started_at,
             poll_interval=self.poll_interval,
             last_tick_at=tick_at,

@@ -21,6 +21,10 @@ class Observer:
     def ticked(self, seconds: float | None) -> None:
         """A tick ended (None: a drain step, no tick duration to record)."""
 
+    def leadership(self, leading: bool, epoch: int | None) -> None:
+        """This supervisor started leading (with the lease's epoch; None
+        without a lease) or stood by."""
+
     def schedule_changed(self, schedule_id: str) -> None:
         """The tick decided or blocked this schedule (next due, blocked...)."""
 

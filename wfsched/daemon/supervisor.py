@@ -78,6 +78,13 @@ from wfsched.store.rundirs import (
 )
 from wfsched.store.runtime_file import FaultFile, fault_path
 
+HOST_LOST = (
+    "abandoned: its host {host} has sent no heartbeat since {since} (host_timeout {timeout:g}s);"
+    " its command may have started, so external effects may already have happened. Not retried"
+)
+LATE_EXIT = "; its host reported later that it {outcome} at {at}"
+HOSTS_INTERVAL = 5.0
+"""Seconds between the leader's looks for lost hosts."""
 ABANDONED = (
     "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
@@ -264,6 +271,7 @@ class Supervisor:
         losing its own lease): instants due meanwhile are judged by lateness,
         never by the startup rule, and late ones are recorded `failover`."""
         self._failover_pending = False
+        self._next_hosts_check = 0.0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -276,6 +284,7 @@ class Supervisor:
                 last_tick_at=repr(now),
                 poll_interval=repr(self.config.poll_interval),
                 max_concurrent_runs=str(self.config.max_concurrent_runs),
+                host_timeout=repr(self.config.host_timeout),
                 **{META_KEY: self.errors.to_meta()},
             )
             self._store_launcher_health()
@@ -287,6 +296,8 @@ class Supervisor:
         if not self.leadership.fenced:
             self.announce()
         self.observer.started(self.store)
+        if self.leadership.fenced:
+            self.observer.leadership(False, None)
         self.recover()
         self.leadership.start()
         # Opened now, while descriptors are to be had (see FaultFile).
@@ -402,6 +413,7 @@ class Supervisor:
         self.store.fence(epoch)
         self.leading = True
         self.log("leading", epoch=epoch, handover=self._handover)
+        self.observer.leadership(True, epoch)
         self.notifier.send(f"STATUS=leading (epoch {epoch})")
         try:
             self.store.set_idle_limit(self.config.lease)
@@ -421,6 +433,7 @@ class Supervisor:
         self.epoch = None
         self._rejections = []
         self.log("standby", epoch=was, reason=reason)
+        self.observer.leadership(False, None)
         self.notifier.send("STATUS=standby")
 
     def request_stop(self, *_: Any) -> None:
@@ -496,6 +509,7 @@ class Supervisor:
         self._phase("notification", self.notify_rejections)
         if not self.draining and self._may_lead():
             self._phase("retention", self.retain, now)
+            self._phase("hosts", self.abandon_lost_hosts, now)
         if self.leading:
             self._phase("liveness", self._stamp)
 
@@ -657,6 +671,30 @@ class Supervisor:
             self.log("prune-failed", reason=error)
         if report.more:
             self._next_retention = now
+
+    def abandon_lost_hosts(self, now: float) -> None:
+        """Fail the running runs of every host whose heartbeat is older than
+        `host_timeout`: nobody can watch them any more, and running them
+        again elsewhere could repeat external effects. An exit record their
+        host reports later is kept on the run as a disclosure."""
+        if not self.leadership.fenced or now < self._next_hosts_check:
+            return
+        self._next_hosts_check = now + HOSTS_INTERVAL
+        lost = self.store.runs_on_lost_hosts(self.config.host_timeout)
+        if not lost:
+            return
+        ended = []
+        with self.store.atomic():
+            for run, host, last_seen in lost:
+                reason = HOST_LOST.format(
+                    host=host, since=format_event(last_seen), timeout=self.config.host_timeout
+                )
+                self._mark_failed(run.seq, run.attempt or None, reason, now)
+                ended.append((run, reason))
+        for run, reason in ended:
+            self.observer.run_ended(run.seq)
+            self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
+            self._notices.append(Notice(run, run.attempt, reason, None))
 
     def admit_due(self, now: float) -> None:
         """Decide every due schedule in one transaction, then launch."""
@@ -989,6 +1027,7 @@ class Supervisor:
                     attempt=attempt,
                     reason=None,
                     exit_code=None,
+                    host=self.config.host,
                 )
                 if answer is not None:
                     self.store.finish_request(
@@ -1447,6 +1486,8 @@ class Supervisor:
                 if run is not None and run.state == "running" and run.attempt == watch.attempt:
                     state, reason, exit_code = self._record_end(run, watch, record, failure)
                     ended.append((watch, run, state, reason, exit_code))
+                elif run is not None and record is not None and run.attempt == watch.attempt:
+                    self._disclose_late_exit(run, record)
         for watch, *_ in endings:
             self._unwatch(watch.run_seq)
         self.wake_now = True
@@ -1459,6 +1500,24 @@ class Supervisor:
             # (exit status, signal, timeout, drain, abandonment) gets one.
             if state == "failed" and watch.cancel_reason != "cancelled":
                 self._notices.append(Notice(run, watch.attempt, reason or "failed", exit_code))
+
+    def _disclose_late_exit(self, run: RunRow, record: ExitRecord) -> None:
+        """The leader failed this run while its host looked lost; the host's
+        exit record arrived after all. Kept on the run's reason (its outcome
+        and time); the run's state stays as recorded."""
+        reason = run.reason or ""
+        if run.state != "failed" or not reason.startswith("abandoned: its host"):
+            return
+        if "; its host reported later" in reason:
+            return
+        outcome = (
+            f"exited with status {record.exit_code}"
+            if record.outcome == "exited"
+            else record.outcome
+        )
+        late = LATE_EXIT.format(outcome=outcome, at=format_event(record.finished_at))
+        self.store.update_run(run.seq, reason=reason + late)
+        self._note("late-exit", run=run.run_id, outcome=outcome)
 
     def _record_end(
         self, run: RunRow, watch: Watch, record: ExitRecord | None, failure: str | None

@@ -52,6 +52,9 @@ class SupervisorConfig:
     is replaced by a standby."""
     lease_renew: float = 1.0
     """How often the leader renews its lease (less than `lease`)."""
+    host_timeout: float = 60.0
+    """A PostgreSQL store's host whose heartbeat is older than this is lost:
+    the leader fails its unfinished runs as abandoned (never re-run)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ _KEYS = {
     "host": _Key("host", 0),
     "lease": _Key("seconds", 0.2, 3600),
     "lease_renew": _Key("seconds", 0.05, 3600),
+    "host_timeout": _Key("seconds", 1, 86400),
 }
 
 MAX_HOST_LENGTH = 253

@@ -37,6 +37,7 @@ PHASES = (  # the names the supervisor's phases are counted under
     "admission",
     "notification",
     "retention",
+    "hosts",
     "metrics",
     "liveness",
     "next-due",

@@ -244,7 +244,12 @@ class Store(Protocol):
         """The pid of the supervisor owning the store, None if none does (never takes the lock)."""
         ...
 
-    # -- leadership (DESIGN: one leader per store) ------------------------------------
+    # -- leadership (one leader per store) ------------------------------------
+
+    @property
+    def kind(self) -> str:
+        """ "sqlite" or "postgresql"."""
+        ...
 
     def fence(self, epoch: int | None) -> None:
         """From now on every write transaction is a leader's of `epoch` (None:
@@ -268,6 +273,11 @@ class Store(Protocol):
 
     def host_rows(self) -> list[HostRow]:
         """Every host's heartbeat, by host name."""
+        ...
+
+    def runs_on_lost_hosts(self, host_timeout: float) -> list[tuple[RunRow, str, float]]:
+        """(run, host, last heartbeat) of running runs whose host's heartbeat is
+        older than `host_timeout` seconds by the database's clock."""
         ...
 
     # -- `wfsched store copy` ----------------------------------------------------------

@@ -49,8 +49,8 @@ from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.location import StoreLocation
 from wfsched.store.pg_dialect import POSTGRES
 from wfsched.store.pg_lease import DB_NOW, LEASE_COLUMNS, PgLeaseChannel, lease_row
-from wfsched.store.rows import SchemaProblem
-from wfsched.store.sqlite import LOCK_NAME, RUNS_DIR, SQLiteStore
+from wfsched.store.rows import RunRow, SchemaProblem
+from wfsched.store.sqlite import LOCK_NAME, RUN_COLUMNS, RUNS_DIR, SQLiteStore
 
 LOCK_CLASS = 0x77667363
 """First key of wfsched's advisory locks (ASCII 'wfsc'); advisory locks are per database."""
@@ -427,6 +427,22 @@ class PostgresStore(SQLiteStore):
             )
             for host, pid, started, seen, offset, executing, stopped, now in rows
         ]
+
+    def runs_on_lost_hosts(self, host_timeout: float) -> list[tuple[RunRow, str, float]]:
+        """(run, host, its last heartbeat) of every running run whose host has
+        not written a heartbeat for `host_timeout` seconds (database clock)."""
+        columns = ", ".join(f"r.{name.strip()}" for name in RUN_COLUMNS.split(","))
+        rows = self._execute(
+            f"SELECT {columns}, h.last_seen FROM runs r JOIN hosts h ON h.host = r.host"
+            " WHERE r.state IN ('admitted', 'running', 'interrupted') AND r.state = 'running'"
+            f" AND h.last_seen < {DB_NOW} - ? ORDER BY r.seq",
+            (host_timeout,),
+        ).fetchall()
+        found = []
+        for row in rows:
+            run = RunRow(*row[:-1])
+            found.append((run, run.host or "", float(row[-1])))
+        return found
 
     # -- the supervisor's ownership --------------------------------------------------
 

@@ -65,7 +65,11 @@ _RUN_COLUMNS = (
     "seq, schedule_id, kind, scheduled_at, state, reason, exit_code, revision, invocation,"
     " admitted_at, started_at, finished_at, attempt, host"
 )
-_RUN_MUTABLE = frozenset({"state", "reason", "exit_code", "started_at", "finished_at", "attempt"})
+RUN_COLUMNS = _RUN_COLUMNS
+"""The run columns in `RunRow`'s order (the PostgreSQL store's own queries use them too)."""
+_RUN_MUTABLE = frozenset(
+    {"state", "reason", "exit_code", "started_at", "finished_at", "attempt", "host"}
+)
 _ATTEMPT_COLUMNS = (
     "run_seq, attempt, state, started_at, finished_at, exit_code, reason, shim_pid, shim_start_time"
 )
@@ -557,6 +561,11 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     # -- leadership: one supervisor, fenced by its lock file ----------------------
 
+    @property
+    def kind(self) -> str:
+        """ "sqlite" or "postgresql" (what `status` and the metrics call the store)."""
+        return self.dialect.name
+
     def fence(self, epoch: int | None) -> None:
         """Nothing to check: the lock file lets one supervisor write at all."""
 
@@ -571,6 +580,10 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         return None
 
     def host_rows(self) -> list[HostRow]:
+        return []
+
+    def runs_on_lost_hosts(self, host_timeout: float) -> list[tuple[RunRow, str, float]]:
+        """One host, no heartbeats: nothing is ever lost."""
         return []
 
 
