@@ -14,10 +14,12 @@ import signal
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.daemon import utc_in, wait_for, wfsched, wfsched_json, write_definition
 from tests.ha import Host, check_invariants, leader_pid, lease, ledger, wait_leader
+from tests.pgserver import PostgresServer, dbname
 from wfsched.errors import LeaseLost
 from wfsched.store.location import resolve_store
 from wfsched.store.postgres import PostgresStore
@@ -309,3 +311,172 @@ def test_a_lost_host_has_its_runs_abandoned_and_a_late_exit_is_only_disclosed(
     runs = wfsched_json(pg_url, "runs")["items"]
     assert len(runs) == 1
     check_invariants(pg_url, None, [a, b])
+
+
+# -- failures with a standby waiting ---------------------------------------------------
+
+KILL_POINTS = (
+    "before-admission-commit",
+    "after-admission-commit",
+    "after-run-dir",
+    "after-attempt-mark",
+    "after-spawn",
+    "before-ingest",
+    "after-ingest",
+)
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_sigkill_of_the_leader_at_a_persistence_boundary_with_a_standby_waiting(
+    pg_url: str, tmp_path: Path, point: str
+) -> None:
+    """The leader SIGKILLs itself at `point`; the standby takes over; the dead
+    leader's host gets its supervisor back (as its service manager would) and
+    settles what it had launched. The instant has one ledger row and one run,
+    the job ran at most once, and a run that ran is recorded completed."""
+    a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
+    marker = tmp_path / "ran"
+    first = a.supervise(pg_url, env={"WFSCHED_FAULT": point})
+    first.wait_started()
+    wait_leader(pg_url, [first])
+    second = b.supervise(pg_url)
+    second.wait_started()
+    again = None
+    try:
+        path = one_shot(tmp_path / "defs", "x", utc_in(2), marker)
+        assert wfsched(pg_url, "create", str(path)).returncode == 0
+        assert first.wait_exit(30) == -signal.SIGKILL, first.text()
+        wait_leader(pg_url, [second])
+        again = a.supervise(pg_url)
+        again.wait_started()
+
+        def finished() -> list[dict[str, object]]:
+            runs = wfsched_json(pg_url, "runs")["items"]
+            return [r for r in runs if r["state"] in ("completed", "failed")]
+
+        runs = wait_for(finished, timeout=30, what="the run to be settled")
+    finally:
+        assert second.stop() == 0
+        if again is not None:
+            assert again.stop() == 0
+    assert len(wfsched_json(pg_url, "runs")["items"]) == 1
+    rows = [row for row in ledger(pg_url) if row[0] == "x"]
+    assert len(rows) == 1 and rows[0][2] == "admitted", rows
+    ran = marker.read_text().splitlines() if marker.exists() else []
+    assert len(ran) <= 1
+    if ran:
+        assert runs[0]["state"] == "completed", runs
+    else:
+        assert point == "after-attempt-mark" and runs[0]["state"] == "failed", runs
+    check_invariants(pg_url, [marker], [a, b])
+
+
+def every_half_second(folder: Path, marker: Path, count: int, start: float) -> list[str]:
+    """One-shots due every 0.5 s from `start` s from now (whole seconds only
+    in `at`, so pairs share a second under two names... each its own id)."""
+    import math
+
+    names = []
+    base = math.ceil(time.time() + start)
+    for index in range(count):
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + index // 2))
+        name = f"t{index:02d}"
+        one_shot(folder, name, at, marker)
+        names.append(name)
+    return names
+
+
+def create_all(url: str, folder: Path) -> None:
+    result = wfsched(url, "apply", str(folder))
+    assert result.returncode == 0, result.stderr
+
+
+def settled(url: str, count: int) -> list[dict[str, object]]:
+    runs = wfsched_json(url, "runs", "--limit", "100")["items"]
+    done = [r for r in runs if r["state"] in ("completed", "failed")]
+    return done if len(done) == count else []
+
+
+def test_store_outages_with_a_standby_waiting(
+    pg_server: PostgresServer, pg_url: str, tmp_path: Path
+) -> None:
+    """Instants fall due throughout: every supervisor's connection is killed
+    (pg_terminate_backend), then the database restarts (fast shutdown), then
+    it refuses connections for longer than a lease. Afterwards every instant
+    has exactly one ledger row, was admitted once and ran once, and one
+    supervisor leads."""
+    a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
+    marker = tmp_path / "ran"
+    first = a.supervise(pg_url)
+    first.wait_started()
+    wait_leader(pg_url, [first])
+    second = b.supervise(pg_url)
+    second.wait_started()
+    name = dbname(pg_url)
+    try:
+        names = every_half_second(tmp_path / "defs", marker, 16, 2)
+        create_all(pg_url, tmp_path / "defs")
+        wait_for(lambda: marker.exists(), what="the first run")
+        assert pg_server.terminate(dbname=name) >= 2
+        wait_for(lambda: "store-reconnected" in first.text() + second.text(), timeout=30)
+        pg_server.restart("fast")
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            try:
+                pg_server.terminate(dbname=name)
+                time.sleep(2.5)  # the outage itself: longer than the 1 s lease
+            finally:
+                admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        wait_leader(pg_url, [first, second], timeout=30)
+        runs = wait_for(lambda: settled(pg_url, 16), timeout=60, what="every run")
+    finally:
+        assert first.stop() == 0
+        assert second.stop() == 0
+    assert {r["state"] for r in runs} == {"completed"}, runs
+    admitted = sorted(row[0] for row in ledger(pg_url) if row[2] == "admitted")
+    assert admitted == names
+    assert len(marker.read_text().splitlines()) == 16
+    check_invariants(pg_url, [marker], [a, b])
+
+
+@pytest.mark.parametrize("skew", [30, -30])
+def test_a_standby_with_a_skewed_clock_takes_over_without_doubling_or_dropping(
+    pg_url: str, tmp_path: Path, skew: int
+) -> None:
+    """The standby's clock is 30 s ahead of (or behind) the database's; the
+    leader dies; the standby leads (leases run on the database's clock) and
+    every instant is admitted exactly once: none twice, none without a row.
+    `status` warns about the offset."""
+    a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
+    marker = tmp_path / "ran"
+    first = a.supervise(pg_url)
+    first.wait_started()
+    wait_leader(pg_url, [first])
+    second = b.supervise(pg_url, env={"WFSCHED_TEST_CLOCK_SKEW": str(skew)})
+    second.wait_started()
+    try:
+        names = every_half_second(tmp_path / "defs", marker, 4, 2)
+        create_all(pg_url, tmp_path / "defs")
+        wait_for(lambda: marker.exists(), what="the first run, by the leader")
+        shown = wfsched_json(pg_url, "status")
+        assert any("host b: clock 30" in w for w in shown["warnings"]), shown["warnings"]
+        first.proc.send_signal(signal.SIGKILL)
+        first.wait_exit()
+        wait_leader(pg_url, [second])
+        runs = wait_for(lambda: settled(pg_url, 4), timeout=60, what="every run")
+    finally:
+        assert second.stop() == 0
+        first.kill()
+    assert {r["state"] for r in runs} == {"completed"}, runs
+    admitted = sorted(row[0] for row in ledger(pg_url) if row[2] == "admitted")
+    assert admitted == names
+    check_invariants(pg_url, [marker], [a, b])
+
+
+def test_a_network_cut_between_the_leader_and_the_database(tmp_path: Path) -> None:
+    """Needs the leader in a network namespace reaching the database over a
+    veth pair (TCP). The test server listens on a Unix socket only (no TCP
+    port to collide with anything on a shared machine), so the cut is
+    exercised through the database refusing the leader's connections
+    (test_store_outages_with_a_standby_waiting) instead."""
+    pytest.skip("the test PostgreSQL server listens on a Unix socket only; a veth cut needs TCP")

@@ -351,6 +351,9 @@ class Supervisor:
             self._wait(delay)
             try:
                 self.store.reconnect()
+                # The re-read belongs to the reconnection: a connection lost
+                # again meanwhile (a database restarting) is the same outage.
+                self.resynchronise()
             except StoreConnectionLost:
                 delay = min(delay * 2, OUTAGE_MAX_RETRY)
                 continue
@@ -358,7 +361,6 @@ class Supervisor:
         else:
             return
         self.log("store-reconnected", outage=f"{time.monotonic() - started:.3f}s")
-        self.resynchronise()
 
     def resynchronise(self) -> None:
         """After an outage: what the store says, not what memory says."""
