@@ -69,13 +69,21 @@ RUNNING: list[Daemon] = []
 class Daemon:
     """One supervisor process on `store`, its stderr in `log`."""
 
-    def __init__(self, store: StoreName, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: StoreName,
+        *args: str,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+    ) -> None:
+        """`prefix`: a command the supervisor runs under (e.g. `ip netns exec NS`)."""
         RUNNING.append(self)
         self.store = store
         self.log = log_dir_for(store) / f"supervisor-{time.monotonic_ns()}.log"
         self._log_handle = open(self.log, "w")  # noqa: SIM115 - closed in stop()/wait()
         self.proc = subprocess.Popen(
             [
+                *(prefix or []),
                 sys.executable,
                 "-m",
                 "wfsched",

@@ -77,16 +77,29 @@ def test_one_shot_runs_once_with_input_on_stdin_and_logs(store: Path, tmp_path: 
 def test_second_supervisor_is_refused_even_through_a_symlink(
     store: StoreName, tmp_path: Path
 ) -> None:
-    """SQLite: through a symlinked alias of the directory; PostgreSQL: through the
-    `postgres://` spelling of the same URL (the session advisory lock is per database)."""
+    """SQLite: through a symlinked alias of the directory. PostgreSQL: a second
+    supervisor through the `postgres://` spelling of the same URL is not refused
+    but stands by (one leader per database: see test_ha.py), and status names
+    the first as the leader."""
     daemon = Daemon(store)
     try:
         daemon.wait_started()
-        if isinstance(store, Path):
-            alias: StoreName = tmp_path / "alias"
-            alias.symlink_to(store)
-        else:
-            alias = store.replace("postgresql://", "postgres://", 1)
+        if not isinstance(store, Path):
+            standby = Daemon(store.replace("postgresql://", "postgres://", 1), "--host", "other")
+            try:
+                standby.wait_started()
+                shown = wait_for(
+                    lambda: (lambda s: s if s["standbys"] else None)(wfsched_json(store, "status")),
+                    what="the second supervisor to stand by",
+                )
+                assert shown["leader"]["pid"] == daemon.proc.pid
+                assert shown["standbys"] == [{"host": "other", "pid": standby.proc.pid}]
+                assert shown["supervisor"]["pid"] == daemon.proc.pid
+            finally:
+                assert standby.stop() == 0
+            return
+        alias: StoreName = tmp_path / "alias"
+        alias.symlink_to(store)
         second = wfsched(alias, "supervise")
         assert second.returncode == 4
         assert f"pid {daemon.proc.pid}" in second.stderr
