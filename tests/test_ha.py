@@ -611,3 +611,42 @@ def test_a_network_cut_between_the_leader_and_the_database(tmp_path: Path) -> No
         check_invariants(url, [marker], [a, b])
     finally:
         cut.remove()
+
+
+def test_the_leader_gauge_epoch_and_health_body_follow_the_leadership(tmp_path: Path) -> None:
+    """`wfsched_leader{host}` is 1 while leading and 0 standing by,
+    `wfsched_lease_epoch` the epoch last led with; /healthz says which."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from wfsched.daemon.metrics import Metrics, health
+    from wfsched.daemon.metrics_render import Renderer
+    from wfsched.store import SQLiteStore
+
+    metrics = Metrics(poll_interval=1.0, host="sched-2", store_kind="postgresql")
+    store = SQLiteStore(tmp_path / "s")
+    metrics.started(store)
+    metrics.ticked(None)
+    store.close()
+
+    def scraped() -> dict[str, float]:
+        snapshot = metrics.snapshot
+        assert snapshot is not None
+        text = Renderer().render(snapshot).decode()
+        return {
+            f"{sample.name}{sample.labels}": sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name in ("wfsched_leader", "wfsched_lease_epoch", "wfsched_store_info")
+        }
+
+    metrics.leadership(False, None)
+    assert scraped()["wfsched_leader{'host': 'sched-2'}"] == 0
+    assert health(metrics.snapshot, time.monotonic())[1].startswith("standby ok")
+    metrics.leadership(True, 7)
+    shown = scraped()
+    assert shown["wfsched_leader{'host': 'sched-2'}"] == 1
+    assert shown["wfsched_lease_epoch{}"] == 7
+    assert shown["wfsched_store_info{'kind': 'postgresql'}"] == 1
+    assert health(metrics.snapshot, time.monotonic())[1].startswith("leader ok")
+    metrics.leadership(False, None)
+    assert scraped()["wfsched_lease_epoch{}"] == 7
