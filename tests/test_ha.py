@@ -650,3 +650,58 @@ def test_the_leader_gauge_epoch_and_health_body_follow_the_leadership(tmp_path: 
     assert health(metrics.snapshot, time.monotonic())[1].startswith("leader ok")
     metrics.leadership(False, None)
     assert scraped()["wfsched_lease_epoch{}"] == 7
+
+
+def test_a_host_back_after_its_runs_were_abandoned_discloses_their_real_end(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Host a's supervisor is SIGKILLed while its job runs; the leader (b)
+    fails the run as abandoned once a's heartbeat is older than host_timeout.
+    a's supervisor comes back (its service manager restarts it): it finds the
+    abandoned run of its host, watches it to its end and appends the job's
+    real outcome to the reason; the run stays failed and is never re-run."""
+    a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
+    out = tmp_path / "job"
+    first = a.supervise(pg_url, "--host-timeout", "2")
+    first.wait_started()
+    wait_leader(pg_url, [first])
+    second = b.supervise(pg_url, "--host-timeout", "2")
+    second.wait_started()
+    again = None
+    try:
+        job = write_definition(
+            tmp_path / "defs",
+            "job",
+            f'id = "job"\n[trigger]\nat = "{utc_in(1)}"\n'
+            f'[run]\ncommand = ["sh", "-c", "sleep 6; echo ran >> {out}"]\n',
+        )
+        assert wfsched(pg_url, "create", str(job)).returncode == 0
+        wait_for(
+            lambda: [r for r in wfsched_json(pg_url, "runs")["items"] if r["state"] == "running"],
+            what="the job to start on host a",
+        )
+        first.proc.send_signal(signal.SIGKILL)
+        first.wait_exit()
+        wait_for(
+            lambda: wfsched_json(pg_url, "runs")["items"][0]["state"] == "failed",
+            timeout=20,
+            what="the run of the lost host to be abandoned",
+        )
+        again = a.supervise(pg_url, "--host-timeout", "2")
+        again.wait_started()
+        run = wait_for(
+            lambda: (lambda r: r if "reported later" in (r["reason"] or "") else None)(
+                wfsched_json(pg_url, "runs")["items"][0]
+            ),
+            timeout=30,
+            what="the real end to be disclosed",
+        )
+        assert run["state"] == "failed"
+        assert "its host reported later that it exited with status 0" in run["reason"]
+    finally:
+        assert second.stop() == 0
+        if again is not None:
+            assert again.stop() == 0
+    assert out.read_text() == "ran\n"
+    assert len(wfsched_json(pg_url, "runs")["items"]) == 1
+    check_invariants(pg_url, None, [a, b])

@@ -78,11 +78,13 @@ from wfsched.store.rundirs import (
 )
 from wfsched.store.runtime_file import FaultFile, fault_path
 
-HOST_LOST = (
-    "abandoned: its host {host} has sent no heartbeat since {since} (host_timeout {timeout:g}s);"
+HOST_LOST_PREFIX = "abandoned: its host "
+HOST_LOST = HOST_LOST_PREFIX + (
+    "{host} has sent no heartbeat since {since} (host_timeout {timeout:g}s);"
     " its command may have started, so external effects may already have happened. Not retried"
 )
-LATE_EXIT = "; its host reported later that it {outcome} at {at}"
+LATE_EXIT_MARK = "; its host reported later"
+LATE_EXIT = LATE_EXIT_MARK + " that it {outcome} at {at}"
 HOSTS_INTERVAL = 5.0
 """Seconds between the leader's looks for lost hosts."""
 ABANDONED = (
@@ -1508,9 +1510,9 @@ class Supervisor:
         exit record arrived after all. Kept on the run's reason (its outcome
         and time); the run's state stays as recorded."""
         reason = run.reason or ""
-        if run.state != "failed" or not reason.startswith("abandoned: its host"):
+        if run.state != "failed" or not reason.startswith(HOST_LOST_PREFIX):
             return
-        if "; its host reported later" in reason:
+        if LATE_EXIT_MARK in reason:
             return
         outcome = (
             f"exited with status {record.exit_code}"
@@ -1770,6 +1772,11 @@ class Supervisor:
             for run in self.store.unfinished_runs():
                 if run.state == "running" and self._runs_here(run):
                     self._recover_running(run)
+            abandoned = self.store.failed_runs_of_host(
+                self.config.host, HOST_LOST_PREFIX, LATE_EXIT_MARK
+            )
+            for run in abandoned:
+                self._watch_abandoned(run)
             return
         self.hooks.recover()
         for run in self.store.unfinished_runs():
@@ -1813,6 +1820,29 @@ class Supervisor:
             self.log("recovered", run=run.run_id, outcome=record.outcome)
         if block is not None:
             self.block(run.schedule_id, f"{run.run_id}: {block}")
+
+    def _watch_abandoned(self, run: RunRow) -> None:
+        """A run of this host the leader failed while the host was silent: if
+        its exit record is here, or its shim still runs, its real outcome is
+        disclosed on the run (the state stays failed; it is never re-run)."""
+        attempt = self.store.get_attempt(run.seq, run.attempt) if run.attempt else None
+        if attempt is None:
+            return
+        handle = (
+            ShimHandle(attempt.shim_pid, attempt.shim_start_time)
+            if attempt.shim_pid is not None and attempt.shim_start_time is not None
+            else None
+        )
+        directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
+        if not directory.exists():
+            return
+        watch = Watch(run.seq, run.schedule_id, run.attempt, directory, handle, True)
+        self._watch(watch)
+        ending = self._examine(watch, False)
+        if ending is None:
+            return  # still running: its exit is disclosed when it comes
+        record, failure, _ = ending
+        self._conclude(watch, record, failure)
 
     def drain(self) -> None:
         """Stop admitting, let executing runs finish within drain_grace, then

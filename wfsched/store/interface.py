@@ -275,6 +275,11 @@ class Store(Protocol):
         """Every host's heartbeat, by host name."""
         ...
 
+    def failed_runs_of_host(self, host: str, reason_prefix: str, unless: str) -> list[RunRow]:
+        """Failed runs recorded on `host` whose reason starts with `reason_prefix`
+        and does not contain `unless`."""
+        ...
+
     def runs_on_lost_hosts(self, host_timeout: float) -> list[tuple[RunRow, str, float]]:
         """(run, host, last heartbeat) of running runs whose host's heartbeat is
         older than `host_timeout` seconds by the database's clock."""

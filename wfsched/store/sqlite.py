@@ -582,6 +582,16 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     def host_rows(self) -> list[HostRow]:
         return []
 
+    def failed_runs_of_host(self, host: str, reason_prefix: str, unless: str) -> list[RunRow]:
+        """Failed runs of `host` whose reason starts with `reason_prefix` and
+        does not contain `unless` (a scan of the failed runs; run at start)."""
+        rows = self._execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE state = 'failed' AND host = ?"
+            " AND reason LIKE ? AND reason NOT LIKE ? ORDER BY seq",
+            (host, reason_prefix.replace("%", "") + "%", "%" + unless.replace("%", "") + "%"),
+        )
+        return [RunRow(*row) for row in rows]
+
     def runs_on_lost_hosts(self, host_timeout: float) -> list[tuple[RunRow, str, float]]:
         """One host, no heartbeats: nothing is ever lost."""
         return []
