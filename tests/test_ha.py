@@ -217,15 +217,22 @@ def test_a_leader_stopped_past_its_lease_commits_nothing_after_it_wakes(
         first.proc.send_signal(signal.SIGSTOP)
         wait_leader(pg_url, [second])
         wait_for(lambda: "wake" in completed(pg_url), what="the new leader's run")
+        # Due the moment the old leader wakes: it must not admit it.
+        path = one_shot(tmp_path / "defs", "woken", utc_in(1), marker)
+        assert wfsched(pg_url, "create", str(path)).returncode == 0
         first.proc.send_signal(signal.SIGCONT)
         wait_for(lambda: " standby " in first.text(), what="the old leader to stand by")
-        assert "admitted" not in first.text()
+        wait_for(lambda: "woken" in completed(pg_url), what="the new leader's second run")
+        assert " admitted " not in first.text()
+        assert "tick-error" not in first.text()
         assert leader_pid(pg_url) == second.proc.pid
     finally:
         first.proc.send_signal(signal.SIGCONT)
         assert first.stop() == 0
         assert second.stop() == 0
-    assert marker.read_text().count("\n") == 1
+    assert marker.read_text().count("\n") == 2
+    admitted = [row[0] for row in ledger(pg_url) if row[2] == "admitted"]
+    assert sorted(admitted) == ["wake", "woken"]
     check_invariants(pg_url, [marker], [a, b])
 
 
