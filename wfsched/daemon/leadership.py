@@ -163,8 +163,8 @@ class Leadership:
                 pause = self._stand_by(channel) if self.epoch() is None else self._keep(channel)
                 channel.heartbeat(self.started_at, self.clock(), self.executing())
                 self.error = None
-            except (StoreConnectionLost, StoreError) as exc:
-                self.error = str(exc)
+            except Exception as exc:  # the thread must outlive any error: it is retried
+                self.error = str(exc) or type(exc).__name__
                 pause = RETRY_AFTER_ERROR
             if self.epoch() is not None or self.error is not None:
                 if self._stop.wait(pause):

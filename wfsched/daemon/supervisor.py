@@ -274,6 +274,7 @@ class Supervisor:
         never by the startup rule, and late ones are recorded `failover`."""
         self._failover_pending = False
         self._next_hosts_check = 0.0
+        self._lease_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -391,6 +392,12 @@ class Supervisor:
         if not self.leadership.fenced:
             return
         self.leadership.drain_wake()
+        error = self.leadership.error
+        if error != self._lease_error:
+            # Logged once per change: the thread retries on its own.
+            self._lease_error = error
+            if error is not None:
+                self.log("lease-error", reason=error)
         holds, epoch = self.leadership.holds()
         if holds and (not self.leading or epoch != self.epoch):
             self._lead(epoch)

@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from wfsched.errors import StoreConnectionLost
+from wfsched.errors import StoreConnectionLost, StoreError
 from wfsched.store.lease import LeaseRow
 
 DB_NOW = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
@@ -81,6 +81,8 @@ class PgLeaseChannel:
             raise StoreConnectionLost(
                 f"store {self.display}: lease connection lost: {self._scrub(exc)}"
             ) from None
+        except psycopg.Error as exc:
+            raise StoreError(f"store {self.display}: lease: {self._scrub(exc)}") from None
         return tuple(row) if row is not None else None
 
     def take(self, lease: float) -> int | None:
