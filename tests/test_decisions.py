@@ -1185,3 +1185,23 @@ def test_startup_under_skip_keeps_a_queued_candidate_but_drops_a_capacity_wait()
     d = waiting.tick(T0 + 30, startup=True)
     assert d.candidate is None
     assert states(d) == [("skipped-misfire", T0, "supervisor-down")]
+
+
+def test_a_failover_passes_over_late_instants_in_one_summary_row() -> None:
+    """After a takeover (no startup rule), late instants under `skip` are one
+    `failover` span; a timely one after them is admitted as usual."""
+    sim = Sim(hourly(), T0, lateness=10 * MIN)
+    d = sim.tick(T0 + 3 * HOUR + 5 * MIN, late_reason="failover")
+    (row,) = summaries(d)
+    assert (row.state, row.reason, row.at, row.last, row.count) == (
+        "skipped-misfire",
+        "failover",
+        T0 + HOUR,
+        T0 + 2 * HOUR,
+        2,
+    )
+    assert admitted(d) == [T0 + 3 * HOUR]
+    assert states(d) == []
+    single = Sim(hourly(), T0, lateness=10 * MIN)
+    d = single.tick(T0 + HOUR + 20 * MIN, late_reason="failover")
+    assert states(d) == [("skipped-misfire", T0 + HOUR, "failover")]

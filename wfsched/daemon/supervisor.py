@@ -30,7 +30,7 @@ from wfsched.daemon.sdnotify import Notifier
 from wfsched.daemon.wakeup import Waiter
 from wfsched.domain.calendar import CronCalendar, OneShotCalendar, calendar_for
 from wfsched.domain.config import SupervisorConfig
-from wfsched.domain.decisions import Candidate, Decision, ScheduleView, decide
+from wfsched.domain.decisions import FAILOVER, Candidate, Decision, ScheduleView, decide
 from wfsched.domain.inputs import resolve_input
 from wfsched.domain.model import Definition
 from wfsched.domain.tickerrors import META_KEY, TickErrors, describe
@@ -712,7 +712,7 @@ class Supervisor:
         instant_now = int(now)
         late_reason = "store-unavailable" if self._admission_failed else "late"
         if self._failover_pending:
-            late_reason = "failover"
+            late_reason = FAILOVER
         self._admission_failed = True  # until this decision commits
         self._rejections = []
         self._deferred = []

@@ -262,6 +262,11 @@ class _Tick:
         self.capacity_left -= 1
 
 
+FAILOVER = "failover"
+"""The late reason of the first decisions after a leader took over from
+another: the instants it passes over are recorded as one span."""
+
+
 def decide(
     view: ScheduleView,
     cal: Calendar,
@@ -283,7 +288,8 @@ def decide(
     startup rule (step 7), however late the first decision that commits is.
     Every later instant is judged by lateness; `late_reason` is the reason a
     late one is skipped with (`store-unavailable` when the supervisor could
-    not decide in time because its store was failing).
+    not decide in time because its store was failing; `failover` after a
+    takeover, when the late instants skipped become one summary row).
 
     A calendar that ends makes the schedule exhausted once nothing is held.
     A calendar that answers backward (CalendarError) blocks the schedule and
@@ -383,15 +389,30 @@ def _walk_due(tick: _Tick, cal: _Guarded) -> None:
             )
         )
         instants = instants[-1:]
+    passed: list[int] = []
+    """Late instants skipped during a failover, recorded as one span."""
     for instant in instants:
         tick.supersede(_superseded_by(instant))
         if not tick.late(instant):
+            _passed_over(decision, passed)
             tick.try_admit(instant, "due")
+        elif view.misfire == "skip" and tick.late_reason == FAILOVER:
+            passed.append(instant)
         elif view.misfire == "skip":
             decision.entries.append(Entry("skipped-misfire", instant, tick.late_reason))
         else:
             tick.hold(instant, "misfire")
         decision.consumed_through = instant
+    _passed_over(decision, passed)
+
+
+def _passed_over(decision: Decision, passed: list[int]) -> None:
+    """The late instants a failover passed over: one row for the span (a row
+    of its own for a single instant), then forgotten."""
+    if passed:
+        span = Span(passed[0], passed[-1], len(passed))
+        decision.entries.append(span_entry(span, "skipped-misfire", FAILOVER))
+        passed.clear()
 
 
 def _superseded_by(instant: int) -> str:
