@@ -464,6 +464,7 @@ def test_a_standby_with_a_skewed_clock_takes_over_without_doubling_or_dropping(
     wait_leader(pg_url, [first])
     second = b.supervise(pg_url, env={"WFSCHED_TEST_CLOCK_SKEW": str(skew)})
     second.wait_started()
+    again = None
     try:
         names = every_half_second(tmp_path / "defs", marker, 4, 2)
         create_all(pg_url, tmp_path / "defs")
@@ -473,10 +474,15 @@ def test_a_standby_with_a_skewed_clock_takes_over_without_doubling_or_dropping(
         first.proc.send_signal(signal.SIGKILL)
         first.wait_exit()
         wait_leader(pg_url, [second])
-        runs = wait_for(lambda: settled(pg_url, 4), timeout=60, what="every run")
+        # Host a's supervisor comes back (its runs' exits are its to record).
+        again = a.supervise(pg_url)
+        again.wait_started()
+        runs = wait_for(lambda: settled(pg_url, 4), timeout=90, what="every run")
     finally:
         assert second.stop() == 0
         first.kill()
+        if again is not None:
+            assert again.stop() == 0
     assert {r["state"] for r in runs} == {"completed"}, runs
     admitted = sorted(row[0] for row in ledger(pg_url) if row[2] == "admitted")
     assert admitted == names

@@ -129,11 +129,13 @@ def test_runs_show_prints_the_host(tmp_path: Path, run_cli: CliRun, store_path: 
 
 
 UNDO_VERSION_5 = (
+    "DROP TABLE leader_lease",
+    "DROP TABLE hosts",
     "ALTER TABLE runs DROP COLUMN host",
     "ALTER TABLE attempts DROP COLUMN stdout_tail",
     "ALTER TABLE attempts DROP COLUMN stderr_tail",
 )
-"""What migration 5 added: dropping it leaves the store a version 4 wrote."""
+"""What migrations 5 and 6 added: dropping it leaves the store a version 4 wrote."""
 
 
 def test_runs_recorded_before_version_5_have_no_host(
