@@ -718,3 +718,30 @@ def test_a_host_back_after_its_runs_were_abandoned_discloses_their_real_end(
     assert out.read_text() == "ran\n"
     assert len(wfsched_json(pg_url, "runs")["items"]) == 1
     check_invariants(pg_url, None, [a, b])
+
+
+@pytest.mark.parametrize(
+    ("args", "config", "where"),
+    [
+        (["--lease", "1", "--lease-renew", "1"], None, "command line"),
+        (["--lease-renew", "5"], None, "command line"),
+        ([], "lease = 2\nlease_renew = 3\n", "config.toml"),
+        (["--lease", "0.1"], None, "--lease: must be at least 0.2 seconds"),
+        (["--host-timeout", "0.5"], None, "--host-timeout: must be at least 1 seconds"),
+    ],
+)
+def test_bad_lease_settings_refuse_the_start_in_one_line(
+    tmp_path: Path, args: list[str], config: str | None, where: str
+) -> None:
+    """A renewal not shorter than the lease (or a lease too short) is exit 2,
+    one line naming the setting and where it came from; nothing is created."""
+    store = tmp_path / "store"
+    if config is not None:
+        store.mkdir()
+        (store / "config.toml").write_text(config)
+    result = wfsched(store, "supervise", *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and where in result.stderr, result.stderr
+    if "lease_renew" in " ".join(args) + (config or "") or "renew" in " ".join(args):
+        assert "lease_renew: must be shorter than lease" in result.stderr
+    assert not (store / "wfsched.db").exists()
