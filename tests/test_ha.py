@@ -137,6 +137,8 @@ def test_one_leader_and_a_standby_that_takes_over_after_sigkill(
             path = one_shot(defs, f"o{index}", utc_in(2 + index), marker)
             assert wfsched(pg_url, "create", str(path)).returncode == 0
         wait_for(lambda: "o0" in completed(pg_url), what="the first one-shot")
+        # The standby admitted, launched and answered nothing while it stood by.
+        assert " admitted " not in second.text() and " started run=" not in second.text()
         first.proc.send_signal(signal.SIGKILL)
         killed = time.monotonic()
         first.wait_exit()
