@@ -45,6 +45,7 @@ from wfsched.errors import StoreConnectionLost, StoreUnavailable, WfschedError
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
+    CommandNotStarted,
     ExitRecord,
     Launcher,
     LauncherError,
@@ -1024,6 +1025,12 @@ class Supervisor:
             return self._settle_lost_launch(run, watch, spec)
         except AlreadyLaunched:
             return self._settle_lost_launch(run, watch, spec)
+        except CommandNotStarted:
+            # Its exit record (spawn-failed) says why: ingested next tick.
+            watch.spec = None
+            watch.adopted = True
+            self.wake_now = True
+            return None
         except OSError as exc:
             # A fork or descriptor limit opens an episode that holds later
             # launches (first: recording this run may fail in the same fault).
@@ -1742,7 +1749,7 @@ def run_supervisor(
         _supervise(
             location,
             config,
-            control or Launcher(fault=launcher_fault),
+            control or Launcher(location.local_dir, fault=launcher_fault),
             clock,
             fault,
             log,

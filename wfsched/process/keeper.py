@@ -1,0 +1,631 @@
+"""The run keeper: one process per store directory on a host, the parent of
+every command wfsched starts there. It knows nothing of the store: it takes
+requests on a Unix socket (`keeper.sock` in the store's local directory),
+spawns commands, enforces their timeouts, kills process groups, and writes
+each attempt's exit record into the private record tree; the supervisor (or
+whoever connects) records the rest.
+
+Why a keeper rather than a Python shim per run: a forked shim cost about
+5 ms of CPU per run (a fork of an interpreter, its copy-on-write faults, its
+own exit), the keeper under 1 ms (a vfork spawn, one wait, one record); see
+docs/architecture.md for the figures.
+
+It outlives the supervisor: started detached (its own session) by the first
+`Launcher.start()`, it keeps parenting runs, enforcing their timeouts and
+writing their exit records while no supervisor runs, and the next supervisor
+re-attaches through the socket. It exits by itself once it has neither a
+run nor a client for `_IDLE_EXIT` seconds, and one `keeper.lock` (flock,
+held for life) keeps it alone per directory.
+
+Protocol: length-prefixed JSON messages (`launcher._send_message`), one
+reply per request, in order, on a connection: `hello` (optionally
+subscribing the connection to exit events, `{"exited": [pid, ...]}`, sent
+once each attempt's exit record is on disk), `spawn`, `cancel`, `signal`,
+`list`, `warm` (a fork probe) and `shutdown` (refuse spawns, exit once the
+last run is recorded). Peers of another uid are refused.
+
+Per attempt the launch lock and started record are `shim.json` in its record
+directory, as the records module docstring says: the keeper takes the flock
+before anything else and holds it until the exit record is on disk, so the
+lock is free exactly when the attempt's end is recorded or its keeper died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, NoReturn
+
+from wfsched.process.launcher import (
+    _KILLED_GROUP_WAIT,
+    _RECORD_RETRY_ERRNOS,
+    _RECORD_RETRY_FIRST,
+    _RECORD_RETRY_MAX,
+    SHIM_RECORD,
+    STDERR_LOG,
+    STDOUT_LOG,
+    LaunchSpec,
+    _close_fds_except,
+    _group_alive,
+    _LogCap,
+    _read_message,
+    _send_message,
+    _set_comm,
+    _signal_group,
+    _to_json,
+    _why,
+    _write_all,
+    _write_exit_record,
+    exit_outcome,
+    process_start_time,
+)
+
+KEEPER_SOCKET = "keeper.sock"
+KEEPER_LOCK = "keeper.lock"
+PROTOCOL = 1
+_IDLE_EXIT = 1.0  # seconds without runs or clients before the keeper exits
+_LOCK_WAIT = 5.0  # seconds a new keeper waits for a dying one's keeper.lock
+_GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
+_MAX_WAIT = 3600.0  # the longest single poll: far below poll()'s int overflow
+_STARTED_SIZE = 512  # both started records are padded to this: one pwrite replaces the other
+_PR_SET_CHILD_SUBREAPER = 36
+_SO_PEERCRED = struct.Struct("3i")
+
+
+def socket_path(directory: str) -> str:
+    """The keeper's socket path, short enough for sun_path (108 bytes): a
+    long directory is reached through an O_PATH descriptor of it (the
+    caller's `/proc/self/fd/N`), which `bind` and `connect` both follow."""
+    path = os.path.join(directory, KEEPER_SOCKET)
+    if len(path.encode()) < 100:
+        return path
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)  # kept open: the path names it
+    return f"/proc/self/fd/{fd}/{KEEPER_SOCKET}"
+
+
+@dataclass
+class _Run:
+    """One attempt the keeper parents (`key` is the command's pid; a
+    negative key is an attempt whose command never started)."""
+
+    spec: LaunchSpec
+    key: int
+    start_time: int
+    lock_fd: int
+    started_at: float
+    timeout_at: float | None
+    cap: _LogCap | None
+    terminating: str | None = None  # "timeout" | "cancelled"
+    status: int | None = None  # the leader's wait status once known
+    kill_at: float | None = None
+    give_up_at: float | None = None
+    record: dict[str, Any] | None = None  # the exit record until it is on disk
+    retry_at: float = 0.0
+    retry_delay: float = _RECORD_RETRY_FIRST
+
+
+@dataclass
+class _Client:
+    sock: socket.socket
+    events: bool = False
+    backlog: bytearray = field(default_factory=bytearray)
+
+
+def _noop(signum: int, frame: FrameType | None) -> None:
+    """Installed so a signal only wakes the loop (through the wakeup fd), and
+    so that, unlike an ignored one, it is reset to default in the commands."""
+
+
+def main(directory: str, fault_spec: str = "") -> NoReturn:
+    """Entry point of `python -I -S -c ...` (see `launcher._keeper_argv`)."""
+    code = 70
+    try:
+        Keeper(directory, fault_spec).serve()
+        code = 0
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+class Keeper:
+    def __init__(self, directory: str, fault_spec: str) -> None:
+        from wfsched.faults import fault_at, no_fault
+
+        self.fault: Callable[[str], None] = fault_at(fault_spec) if fault_spec else no_fault
+        self.directory = directory
+        self.pid = os.getpid()
+        self.start_time = process_start_time(self.pid) or 0
+        self.runs: dict[int, _Run] = {}
+        self.clients: dict[int, _Client] = {}
+        self.shutting_down = False
+        self.idle_since = time.monotonic()
+        self._unstarted = 0
+        self._prepare_process()
+        self.lock_fd = self._take_keeper_lock()
+        self.path = socket_path(directory)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a dead keeper's: we hold keeper.lock
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(self.path)
+        finally:
+            os.umask(old)
+        self.listener.listen(128)
+        self.listener.setblocking(False)
+
+    def _prepare_process(self) -> None:
+        try:
+            import ctypes
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (ImportError, OSError, AttributeError):
+            prctl = None
+        _set_comm(prctl, b"wfsched-keeper")
+        # As subreaper the keeper inherits the commands' orphaned
+        # descendants and reaps them, so a terminated group really empties.
+        if prctl is not None:
+            prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        # Dispositions: handled, never ignored (ignored ones survive exec
+        # into the commands; handled ones are reset to default there). SIGINT,
+        # SIGHUP and SIGTERM are aimed at the supervisor or its terminal: the
+        # keeper outlives them. Python's own SIGPIPE/SIGXFSZ are restored in
+        # each command by Popen.
+        for signum in signal.valid_signals():
+            if signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                if (
+                    signum
+                    in (
+                        signal.SIGINT,
+                        signal.SIGHUP,
+                        signal.SIGTERM,
+                        signal.SIGCHLD,
+                    )
+                    or signal.getsignal(signum) == signal.SIG_IGN
+                ):
+                    signal.signal(signum, _noop)
+        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        self._wake_w = wake_w
+        # The launcher blocked these while we started; commands inherit the mask.
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+    def _take_keeper_lock(self) -> int:
+        path = os.path.join(self.directory, KEEPER_LOCK)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"{path}: another keeper holds it") from None
+                time.sleep(0.01)
+
+    # -- the loop ---------------------------------------------------------------
+
+    def serve(self) -> None:
+        ready = json.dumps({"ready": True, "pid": self.pid}).encode() + b"\n"
+        _write_all(1, ready)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)  # stdout was the ready pipe; stderr stays (tracebacks)
+        keep = {0, 1, 2, self.wake_r, self._wake_w, self.lock_fd, self.listener.fileno()}
+        _close_fds_except(keep)
+        gc.collect()
+        gc.freeze()  # long-lived objects stay out of every later collection
+        self.poller = select.poll()
+        self.poller.register(self.listener.fileno(), select.POLLIN)
+        self.poller.register(self.wake_r, select.POLLIN)
+        clock = time.monotonic
+        while True:
+            now = clock()
+            self._reap(now)
+            wait = self._tick(now)
+            if not self.runs and (
+                self.shutting_down or (not self.clients and now - self.idle_since >= _IDLE_EXIT)
+            ):
+                break
+            if not self.runs and not self.clients:
+                wait = min(wait, self.idle_since + _IDLE_EXIT - now)
+            for fd, events in self.poller.poll(max(1, int(wait * 1000) + 1)):
+                if fd == self.wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_r, 4096):
+                            pass
+                elif fd == self.listener.fileno():
+                    self._accept()
+                elif fd in self.clients:
+                    self._serve_client(fd, events)
+        # Unlinked while keeper.lock is held: a successor binds a fresh one.
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors: the client sees its connect fail
+                return
+            uid = _SO_PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _SO_PEERCRED.size)
+            )[1]
+            if uid != os.getuid():
+                sock.close()
+                continue
+            sock.setblocking(True)
+            self.clients[sock.fileno()] = _Client(sock)
+            self.poller.register(sock.fileno(), select.POLLIN)
+
+    def _drop(self, fd: int) -> None:
+        client = self.clients.pop(fd)
+        self.poller.unregister(fd)
+        client.sock.close()
+        if not self.clients:
+            self.idle_since = time.monotonic()
+
+    def _serve_client(self, fd: int, events: int) -> None:
+        client = self.clients[fd]
+        if events & select.POLLOUT:
+            self._flush(client)
+            if fd not in self.clients:
+                return
+        if not events & (select.POLLIN | select.POLLHUP | select.POLLERR):
+            return
+        try:
+            message = _read_message(fd)
+        except OSError:
+            message = None
+        if message is None:
+            self._drop(fd)
+            return
+        try:
+            request = json.loads(message)
+            reply = self._handle(client, request)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            reply = {"error": f"malformed request ({exc})"}
+        try:
+            client.sock.setblocking(True)
+            _send_message(fd, reply)
+        except OSError:
+            self._drop(fd)
+            return
+        if request.get("op") == "spawn" and "pid" in reply:
+            self.fault("keeper-after-reply")
+
+    def _handle(self, client: _Client, request: dict[str, Any]) -> dict[str, Any]:
+        op = request["op"]
+        if op == "spawn":
+            return self._spawn(LaunchSpec.from_wire(request["spec"]))
+        if op == "hello":
+            client.events = bool(request.get("events"))
+            return {"keeper": self.pid, "start_time": self.start_time, "protocol": PROTOCOL}
+        if op in ("cancel", "signal"):
+            run = self.runs.get(int(request["pid"]))
+            if run is None or run.start_time != request["start_time"] or run.record is not None:
+                return {"done": False}
+            if op == "cancel":
+                if run.terminating is None:
+                    self._terminate(run, "cancelled", time.monotonic())
+            else:
+                _signal_group(run.key, int(request["signum"]))
+            return {"done": True}
+        if op == "list":
+            return {
+                "live": [
+                    {
+                        "run_id": run.spec.run_id,
+                        "attempt": run.spec.attempt,
+                        "pid": run.key,
+                        "start_time": run.start_time,
+                        "record_dir": run.spec.record_dir,
+                    }
+                    for run in self.runs.values()
+                    if run.key > 0 and run.record is None
+                ]
+            }
+        if op == "warm":
+            return _warm_fork()
+        if op == "shutdown":
+            self.shutting_down = True
+            return {"done": True}
+        return {"error": f"unknown request {op!r}"}
+
+    # -- spawning ---------------------------------------------------------------
+
+    def _spawn(self, spec: LaunchSpec) -> dict[str, Any]:
+        """Lock, started record, spawn, the command's pid in the record, reply.
+
+        A lock already held, or a started record already written, means this
+        attempt was launched before: refused rather than started twice.
+        """
+        if self.shutting_down:
+            return {"error": "the keeper is shutting down"}
+        lock_path = os.path.join(spec.record_dir, SHIM_RECORD)
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            lock_fd = os.open(lock_path, flags, 0o600)
+        except OSError as exc:
+            return {"error": f"cannot create the launch lock {lock_path} ({_why(exc)})"}
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            started = os.fstat(lock_fd).st_size > 0
+        except BlockingIOError:
+            os.close(lock_fd)
+            return {"error": f"attempt {spec.attempt} of {spec.run_id} is running", "launched": 1}
+        except OSError as exc:
+            os.close(lock_fd)
+            return {"error": f"cannot take the launch lock {lock_path} ({_why(exc)})"}
+        if started:
+            os.close(lock_fd)
+            return {"error": f"attempt {spec.attempt} of {spec.run_id} was started", "launched": 1}
+        self.fault("keeper-before-started")
+        started_at = time.time()
+        try:
+            # The keeper's own identity until the command's replaces it: with
+            # the lock free afterwards, a record says "it may have run".
+            os.pwrite(lock_fd, _started(spec, self.pid, self.start_time), 0)
+        except OSError as exc:
+            os.close(lock_fd)
+            return {"error": f"cannot write the started record ({_why(exc)})", "errno": exc.errno}
+        self.fault("keeper-after-started")
+        try:
+            pid = _start_command(spec)
+        except (OSError, ValueError) as exc:
+            self._unstarted -= 1
+            run = _Run(spec, self._unstarted, 0, lock_fd, started_at, None, None)
+            self.runs[run.key] = run
+            self._record(run, "spawn-failed", None, None, _spawn_failure(spec, exc))
+            return {"error": _spawn_failure(spec, exc), "not_started": 1}
+        start_time = process_start_time(pid) or 0
+        with contextlib.suppress(OSError):  # pid unknown to recovery if this fails
+            os.pwrite(lock_fd, _started(spec, pid, start_time), 0)
+        now = time.monotonic()
+        cap = None if spec.max_log_bytes is None else _LogCap(spec.attempt_dir, spec.max_log_bytes)
+        timeout_at = None if spec.timeout is None else now + spec.timeout
+        self.runs[pid] = _Run(spec, pid, start_time, lock_fd, started_at, timeout_at, cap)
+        self.fault("keeper-after-spawn")
+        return {"pid": pid, "start_time": start_time}
+
+    # -- waiting ----------------------------------------------------------------
+
+    def _reap(self, now: float) -> None:
+        """Every child that ended: a run's leader gets its exit record written
+        while it is still an unreaped zombie (so `Launcher.alive` sees it until
+        the record is on disk), then everything is reaped."""
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, flags)
+            except ChildProcessError:
+                return
+            if info is None:
+                return
+            pid = info.si_pid
+            run = self.runs.get(pid)
+            if run is not None and run.status is None and run.record is None:
+                run.status = _wait_status(info)
+                if run.terminating is None:
+                    self._conclude(run, now)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+    def _tick(self, now: float) -> float:
+        """Timers of every run (one poll timeout for all): timeouts, the
+        SIGKILL after the grace, draining groups, log caps and exit records
+        waiting for a disk. Returns how long the loop may sleep."""
+        wake = now + _MAX_WAIT
+        for run in list(self.runs.values()):
+            if run.record is not None:
+                if now >= run.retry_at:
+                    self._write(run, now)
+                if run.record is not None:
+                    wake = min(wake, run.retry_at)
+                continue
+            if run.terminating is None and run.timeout_at is not None:
+                if now >= run.timeout_at:
+                    self._terminate(run, "timeout", now)
+                else:
+                    wake = min(wake, run.timeout_at)
+            if run.terminating is not None:
+                if run.status is not None and not _group_alive(run.key):
+                    self._conclude(run, now)
+                    continue
+                if run.give_up_at is None and run.kill_at is not None and now >= run.kill_at:
+                    _signal_group(run.key, signal.SIGKILL)
+                    run.give_up_at = now + _KILLED_GROUP_WAIT
+                if run.give_up_at is not None and now >= run.give_up_at:
+                    self._conclude(run, now)  # a process stuck in the kernel is not ours
+                    continue
+                for deadline in (run.kill_at, run.give_up_at):
+                    if deadline is not None and deadline > now:
+                        wake = min(wake, deadline)
+                if run.status is not None:  # only the leader's exit is an event
+                    wake = min(wake, now + _GROUP_POLL)
+            if run.cap is not None:
+                run.cap.check(now)
+                wake = min(wake, run.cap.next_at)
+        return max(0.0, wake - now)
+
+    def _terminate(self, run: _Run, why: str, now: float) -> None:
+        run.terminating = why
+        _signal_group(run.key, signal.SIGTERM)
+        run.kill_at = now + run.spec.kill_grace
+
+    def _conclude(self, run: _Run, now: float) -> None:
+        if run.cap is not None:
+            run.cap.check(now, final=True)
+        spec = run.spec
+        ending = exit_outcome(
+            run.status,
+            run.terminating,
+            timeout=spec.timeout,
+            kill_grace=spec.kill_grace,
+            killed=run.give_up_at is not None,
+        )
+        self._record(run, *ending)
+
+    def _record(
+        self, run: _Run, outcome: str, code: int | None, signum: int | None, reason: str | None
+    ) -> None:
+        run.record = {  # the fields of ExitRecord, plus the run
+            "attempt": run.spec.attempt,
+            "outcome": outcome,
+            "exit_code": code,
+            "signal": signum,
+            "reason": reason,
+            "started_at": run.started_at,
+            "finished_at": time.time(),
+            "run_id": run.spec.run_id,
+        }
+        self._write(run, time.monotonic())
+
+    def _write(self, run: _Run, now: float) -> None:
+        """The exit record, then the lock released and the exit reported. A
+        full or failing disk is retried with backoff: the exit code lives
+        here, and the lock stays held, until the record is on disk."""
+        assert run.record is not None
+        self.fault("keeper-before-exit-record")
+        try:
+            _write_exit_record(run.spec.record_dir, run.record)
+        except OSError as exc:
+            if exc.errno in _RECORD_RETRY_ERRNOS:
+                run.retry_at = now + run.retry_delay
+                run.retry_delay = min(run.retry_delay * 2, _RECORD_RETRY_MAX)
+                return
+            # Not a passing fault (the record directory is gone...): the lock
+            # is released without a record, and the run is failed abandoned.
+            with contextlib.suppress(OSError):
+                _write_all(
+                    2,
+                    f"wfsched-keeper: cannot write the exit record of {run.spec.run_id}"
+                    f" attempt {run.spec.attempt}: {_why(exc)}\n".encode(),
+                )
+        self.fault("keeper-after-exit-record")
+        os.close(run.lock_fd)
+        del self.runs[run.key]
+        if run.key > 0:
+            self._report(run.key)
+
+    def _report(self, pid: int) -> None:
+        event = _to_json({"exited": [pid]}).encode()
+        frame = struct.pack("!I", len(event)) + event
+        for client in list(self.clients.values()):
+            if client.events:
+                client.backlog += frame
+                self._flush(client)
+
+    def _flush(self, client: _Client) -> None:
+        """Exit events never block the keeper: what a busy client does not
+        read yet waits in its backlog (POLLOUT sends it later)."""
+        fd = client.sock.fileno()
+        try:
+            client.sock.setblocking(False)
+            while client.backlog:
+                del client.backlog[: client.sock.send(client.backlog)]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._drop(fd)
+            return
+        finally:
+            if fd in self.clients:
+                client.sock.setblocking(True)
+        mask = select.POLLIN | (select.POLLOUT if client.backlog else 0)
+        self.poller.modify(fd, mask)
+
+
+def _started(spec: LaunchSpec, pid: int, start_time: int) -> bytes:
+    record = {"pid": pid, "start_time": start_time, "run_id": spec.run_id, "attempt": spec.attempt}
+    return _to_json(record).encode().ljust(_STARTED_SIZE)
+
+
+def _wait_status(info: os.waitid_result) -> int:
+    """The wait status (as waitpid gives it) of a waitid() result."""
+    if info.si_code == os.CLD_EXITED:
+        return (info.si_status & 0xFF) << 8
+    return (info.si_status & 0x7F) | (0x80 if info.si_code == os.CLD_DUMPED else 0)
+
+
+def _start_command(spec: LaunchSpec) -> int:
+    """Spawn the command in its own session and process group; returns its
+    pid. OSError/ValueError mean it never ran.
+
+    Popen uses vfork (no page tables copied), searches spec.env's PATH,
+    applies cwd in the child, restores the SIGPIPE and SIGXFSZ that Python
+    ignores to default, and reports exec and chdir failures as OSError
+    naming the file. os.posix_spawn is a little cheaper but has no cwd and
+    searches the keeper's PATH, not the command's.
+    """
+    if not spec.argv:
+        raise ValueError("empty command")
+    try:
+        stdin_fd = os.open(spec.stdin_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"cannot open input {spec.stdin_path!r}: {exc.strerror}") from None
+    fds = [stdin_fd]
+    try:
+        log_flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        fds.append(os.open(os.path.join(spec.attempt_dir, STDOUT_LOG), log_flags, 0o644))
+        fds.append(os.open(os.path.join(spec.attempt_dir, STDERR_LOG), log_flags, 0o644))
+        proc = subprocess.Popen(
+            spec.argv,
+            cwd=spec.cwd,
+            env=spec.env,
+            stdin=fds[0],
+            stdout=fds[1],
+            stderr=fds[2],
+            close_fds=True,
+            start_new_session=True,  # session and group of its own: killpg takes it whole
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+    # The keeper reaps it (waitid); Popen must never try to.
+    proc.returncode = 0
+    return proc.pid
+
+
+def _spawn_failure(spec: LaunchSpec, exc: Exception) -> str:
+    if not isinstance(exc, OSError):
+        return str(exc)
+    why = exc.strerror or str(exc)
+    if isinstance(exc.filename, str) and os.path.dirname(exc.filename) == spec.attempt_dir:
+        return f"cannot open {exc.filename!r}: {why}"
+    if spec.cwd is not None and exc.filename == spec.cwd:
+        return f"cannot change to directory {spec.cwd!r}: {why}"
+    return f"cannot execute {spec.argv[0]!r}: {why}"
+
+
+def _warm_fork() -> dict[str, Any]:
+    """Fork a child that exits at once and reap it: whether the keeper can
+    fork right now (a process limit is an answer, never the keeper's death)."""
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"fork failed ({exc.strerror or exc})", "errno": exc.errno}
+    if pid == 0:  # pragma: no cover - the child only exits
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return {"warm": True}
