@@ -88,11 +88,12 @@ _SO_PEERCRED = struct.Struct("3i")
 def socket_path(directory: str) -> str:
     """The keeper's socket path, short enough for sun_path (108 bytes): a
     long directory is reached through an O_PATH descriptor of it (the
-    caller's `/proc/self/fd/N`), which `bind` and `connect` both follow."""
+    caller's `/proc/self/fd/N`, which `connect` follows; the caller closes
+    it after connecting)."""
     path = os.path.join(directory, KEEPER_SOCKET)
     if len(path.encode()) < 100:
         return path
-    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)  # kept open: the path names it
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     return f"/proc/self/fd/{fd}/{KEEPER_SOCKET}"
 
 
@@ -157,9 +158,14 @@ class Keeper:
         self._unstarted = 0
         self._prepare_process()
         self.lock_fd = self._take_keeper_lock()
-        self.path = socket_path(directory)
+        # The directory stays open: a long path is bound through it, and the
+        # socket is unlinked through it at exit.
+        self.dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.path = os.path.join(directory, KEEPER_SOCKET)
+        if len(self.path.encode()) >= 100:
+            self.path = f"/proc/self/fd/{self.dir_fd}/{KEEPER_SOCKET}"
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)  # a dead keeper's: we hold keeper.lock
+            os.unlink(KEEPER_SOCKET, dir_fd=self.dir_fd)  # a dead keeper's: we hold keeper.lock
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -228,7 +234,8 @@ class Keeper:
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)  # stdout was the ready pipe; stderr stays (tracebacks)
-        keep = {0, 1, 2, self.wake_r, self._wake_w, self.lock_fd, self.listener.fileno()}
+        keep = {0, 1, 2, self.wake_r, self._wake_w, self.lock_fd, self.dir_fd}
+        keep.add(self.listener.fileno())
         _close_fds_except(keep)
         gc.collect()
         gc.freeze()  # long-lived objects stay out of every later collection
@@ -257,7 +264,7 @@ class Keeper:
                     self._serve_client(fd, events)
         # Unlinked while keeper.lock is held: a successor binds a fresh one.
         with contextlib.suppress(OSError):
-            os.unlink(self.path)
+            os.unlink(KEEPER_SOCKET, dir_fd=self.dir_fd)
         self.listener.close()
 
     def _accept(self) -> None:
