@@ -491,15 +491,14 @@ def test_spawn_errors_and_stop(tmp_path: Path) -> None:
 
     launcher.stop()
     launcher.stop()  # idempotent
-    assert not gone(server)  # stop() only disconnects: the keeper keeps its run
+    assert not gone(server)  # the keeper keeps its run to the end
     assert not gone(handle.pid)
     with pytest.raises(LauncherError):
         launcher.spawn(spec)
     (tmp_path / "go").touch()
     assert wait_exit(spec).outcome == "exited"
     assert log(spec, "stdout.log") == "done\n"
-    # With neither a run nor a client, the keeper exits by itself.
-    wait_for(lambda: gone(server), what="the idle keeper to exit")
+    wait_for(lambda: gone(server), what="the keeper to exit after its last run")
 
 
 def test_server_death_is_reported(tmp_path: Path) -> None:
@@ -589,26 +588,30 @@ def test_keeper_outlives_terminal_and_stop_signals(launcher: Launcher, tmp_path:
     assert not gone(server)
 
 
-def test_restart_after_stop_re_attaches_or_starts_a_new_keeper(tmp_path: Path) -> None:
-    # The supervisor replaces a lost keeper with stop() then start(), and a
-    # restarted supervisor starts with start(): the same keeper while it
-    # lives, a new one once it is gone.
+def test_restart_after_stop_starts_a_new_keeper_while_the_old_one_finishes(
+    tmp_path: Path,
+) -> None:
+    # stop() says goodbye: the keeper takes no new client or launch, keeps
+    # its run to the end (recording it) and exits; a start() meanwhile gets a
+    # new keeper at once. (A client killed without stop() is re-attached to:
+    # test_keeper_and_run_outlive_a_killed_owner_and_the_lock_dies_with_it.)
     launcher = Launcher(tmp_path / "store")
     launcher.start()
     first = launcher.server_pid
-    launcher.stop()
-    launcher.start()
-    assert launcher.server_pid == first
-    assert first is not None
-    os.kill(first, signal.SIGKILL)
-    wait_for(lambda: gone(first), what="the keeper to die")
+    held = make_spec(tmp_path, ("sh", "-c", WAIT_FOR_GO))
+    handle = launcher.spawn(held)
     launcher.stop()
     launcher.start()
     try:
-        assert launcher.server_pid not in (None, first)
-        spec = make_spec(tmp_path, ("true",))
+        assert first is not None and launcher.server_pid not in (None, first)
+        assert not gone(first) and launch_locked(held.record_dir)
+        assert not launcher.alive(handle)  # not the new keeper's: the lock says it lives
+        spec = make_spec(tmp_path, ("true",), attempt=2)
         launcher.spawn(spec)
         assert wait_exit(spec).outcome == "exited"
+        (tmp_path / "go").touch()
+        assert wait_exit(held).outcome == "exited"
+        wait_for(lambda: gone(first), what="the old keeper to exit")
     finally:
         launcher.stop()
 

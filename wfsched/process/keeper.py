@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
+import heapq
 import json
 import os
 import select
@@ -116,6 +117,7 @@ class _Run:
     record: dict[str, Any] | None = None  # the exit record until it is on disk
     retry_at: float = 0.0
     retry_delay: float = _RECORD_RETRY_FIRST
+    wake_at: float | None = None  # its live entry in Keeper.timers
 
 
 @dataclass
@@ -152,6 +154,9 @@ class Keeper:
         self.pid = os.getpid()
         self.start_time = process_start_time(self.pid) or 0
         self.runs: dict[int, _Run] = {}
+        self.timers: list[tuple[float, int, int]] = []  # (when, tie-breaker, run key)
+        self._seq = 0
+        self.exited: list[int] = []  # recorded this turn, reported at its end
         self.clients: dict[int, _Client] = {}
         self.shutting_down = False
         self.idle_since = time.monotonic()
@@ -253,19 +258,18 @@ class Keeper:
                 break
             if not self.runs and not self.clients:
                 wait = min(wait, self.idle_since + _IDLE_EXIT - now)
+            if self.exited:
+                self._report()
             for fd, events in self.poller.poll(max(1, int(wait * 1000) + 1)):
                 if fd == self.wake_r:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 4096):
                             pass
-                elif fd == self.listener.fileno():
+                elif not self.shutting_down and fd == self.listener.fileno():
                     self._accept()
                 elif fd in self.clients:
                     self._serve_client(fd, events)
-        # Unlinked while keeper.lock is held: a successor binds a fresh one.
-        with contextlib.suppress(OSError):
-            os.unlink(KEEPER_SOCKET, dir_fd=self.dir_fd)
-        self.listener.close()
+        self._shut_down()  # unlinked while keeper.lock is held: a successor binds afresh
 
     def _accept(self) -> None:
         while True:
@@ -313,11 +317,12 @@ class Keeper:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             reply = {"error": f"malformed request ({exc})"}
         try:
-            client.sock.setblocking(True)
             _send_message(fd, reply)
         except OSError:
             self._drop(fd)
             return
+        if client.events:
+            client.sock.setblocking(False)  # from now on it only gets events
         if request.get("op") == "spawn" and "pid" in reply:
             self.fault("keeper-after-reply")
 
@@ -355,9 +360,22 @@ class Keeper:
         if op == "warm":
             return _warm_fork()
         if op == "shutdown":
-            self.shutting_down = True
+            self._shut_down()
             return {"done": True}
         return {"error": f"unknown request {op!r}"}
+
+    def _shut_down(self) -> None:
+        """Take no new client and no launch; exit once the last run held is
+        recorded. The socket and keeper.lock go at once, so a successor can
+        start meanwhile (the runs here keep their launch locks)."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        with contextlib.suppress(OSError):
+            os.unlink(KEEPER_SOCKET, dir_fd=self.dir_fd)
+        self.poller.unregister(self.listener.fileno())
+        self.listener.close()
+        os.close(self.lock_fd)
 
     # -- spawning ---------------------------------------------------------------
 
@@ -369,6 +387,7 @@ class Keeper:
         """
         if self.shutting_down:
             return {"error": "the keeper is shutting down"}
+        now = time.monotonic()
         lock_path = os.path.join(spec.record_dir, SHIM_RECORD)
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
@@ -408,10 +427,11 @@ class Keeper:
         start_time = process_start_time(pid) or 0
         with contextlib.suppress(OSError):  # pid unknown to recovery if this fails
             os.pwrite(lock_fd, _started(spec, pid, start_time), 0)
-        now = time.monotonic()
         cap = None if spec.max_log_bytes is None else _LogCap(spec.attempt_dir, spec.max_log_bytes)
         timeout_at = None if spec.timeout is None else now + spec.timeout
-        self.runs[pid] = _Run(spec, pid, start_time, lock_fd, started_at, timeout_at, cap)
+        run = _Run(spec, pid, start_time, lock_fd, started_at, timeout_at, cap)
+        self.runs[pid] = run
+        self._schedule(run, now)
         self.fault("keeper-after-spawn")
         return {"pid": pid, "start_time": start_time}
 
@@ -435,50 +455,73 @@ class Keeper:
                 run.status = _wait_status(info)
                 if run.terminating is None:
                     self._conclude(run, now)
+                else:
+                    self._schedule(run, now)  # what is left of its group is polled
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
 
     def _tick(self, now: float) -> float:
-        """Timers of every run (one poll timeout for all): timeouts, the
-        SIGKILL after the grace, draining groups, log caps and exit records
-        waiting for a disk. Returns how long the loop may sleep."""
-        wake = now + _MAX_WAIT
-        for run in list(self.runs.values()):
-            if run.record is not None:
-                if now >= run.retry_at:
-                    self._write(run, now)
-                if run.record is not None:
-                    wake = min(wake, run.retry_at)
-                continue
-            if run.terminating is None and run.timeout_at is not None:
-                if now >= run.timeout_at:
-                    self._terminate(run, "timeout", now)
-                else:
-                    wake = min(wake, run.timeout_at)
+        """The timers of every run, from one heap (one poll timeout for all):
+        timeouts, the SIGKILL after the grace, draining groups, log caps and
+        exit records waiting for a disk. Returns how long the loop may sleep.
+
+        A run has one live entry (`_Run.wake_at`); stale ones are skipped."""
+        timers = self.timers
+        while timers and timers[0][0] <= now:
+            at, _, key = heapq.heappop(timers)
+            run = self.runs.get(key)
+            if run is not None and run.wake_at == at:
+                run.wake_at = None
+                self._visit(run, now)
+        # Clamped: a timeout of years is waited out in pieces, never overflows poll().
+        return min(max(0.0, timers[0][0] - now), _MAX_WAIT) if timers else _MAX_WAIT
+
+    def _schedule(self, run: _Run, now: float) -> None:
+        """(Re)arm the run's timer at its earliest deadline."""
+        if run.record is not None:
+            deadlines = [run.retry_at]
+        else:
+            deadlines = [run.cap.next_at] if run.cap is not None else []
+            if run.terminating is None:
+                if run.timeout_at is not None:
+                    deadlines.append(run.timeout_at)
+            else:
+                deadlines += [d for d in (run.kill_at, run.give_up_at) if d is not None and d > now]
+                if run.status is not None:  # only the leader's exit is an event
+                    deadlines.append(now + _GROUP_POLL)
+        at = min(deadlines, default=None)
+        if at is not None and (run.wake_at is None or at < run.wake_at):
+            run.wake_at = at
+            self._seq += 1
+            heapq.heappush(self.timers, (at, self._seq, run.key))
+
+    def _visit(self, run: _Run, now: float) -> None:
+        if run.record is not None:
+            if now >= run.retry_at:
+                self._write(run, now)
+        else:
+            if run.terminating is None and run.timeout_at is not None and now >= run.timeout_at:
+                self._terminate(run, "timeout", now)
             if run.terminating is not None:
                 if run.status is not None and not _group_alive(run.key):
                     self._conclude(run, now)
-                    continue
+                    return
                 if run.give_up_at is None and run.kill_at is not None and now >= run.kill_at:
                     _signal_group(run.key, signal.SIGKILL)
                     run.give_up_at = now + _KILLED_GROUP_WAIT
                 if run.give_up_at is not None and now >= run.give_up_at:
                     self._conclude(run, now)  # a process stuck in the kernel is not ours
-                    continue
-                for deadline in (run.kill_at, run.give_up_at):
-                    if deadline is not None and deadline > now:
-                        wake = min(wake, deadline)
-                if run.status is not None:  # only the leader's exit is an event
-                    wake = min(wake, now + _GROUP_POLL)
+                    return
             if run.cap is not None:
                 run.cap.check(now)
-                wake = min(wake, run.cap.next_at)
-        return max(0.0, wake - now)
+        if run.key in self.runs:
+            self._schedule(run, now)
 
     def _terminate(self, run: _Run, why: str, now: float) -> None:
         run.terminating = why
         _signal_group(run.key, signal.SIGTERM)
         run.kill_at = now + run.spec.kill_grace
+        self._schedule(run, now)
 
     def _conclude(self, run: _Run, now: float) -> None:
         if run.cap is not None:
@@ -520,6 +563,8 @@ class Keeper:
             if exc.errno in _RECORD_RETRY_ERRNOS:
                 run.retry_at = now + run.retry_delay
                 run.retry_delay = min(run.retry_delay * 2, _RECORD_RETRY_MAX)
+                run.wake_at = None
+                self._schedule(run, now)
                 return
             # Not a passing fault (the record directory is gone...): the lock
             # is released without a record, and the run is failed abandoned.
@@ -533,22 +578,26 @@ class Keeper:
         os.close(run.lock_fd)
         del self.runs[run.key]
         if run.key > 0:
-            self._report(run.key)
+            self.exited.append(run.key)
 
-    def _report(self, pid: int) -> None:
-        event = _to_json({"exited": [pid]}).encode()
+    def _report(self) -> None:
+        """One event for every exit recorded in this turn of the loop."""
+        event = _to_json({"exited": self.exited}).encode()
+        self.exited = []
         frame = struct.pack("!I", len(event)) + event
         for client in list(self.clients.values()):
             if client.events:
+                waiting = bool(client.backlog)
                 client.backlog += frame
-                self._flush(client)
+                if not waiting:
+                    self._flush(client)
 
     def _flush(self, client: _Client) -> None:
-        """Exit events never block the keeper: what a busy client does not
-        read yet waits in its backlog (POLLOUT sends it later)."""
+        """Exit events never block the keeper (an events connection is
+        non-blocking): what a busy client does not read yet waits in its
+        backlog, sent on POLLOUT."""
         fd = client.sock.fileno()
         try:
-            client.sock.setblocking(False)
             while client.backlog:
                 del client.backlog[: client.sock.send(client.backlog)]
         except BlockingIOError:
@@ -556,11 +605,7 @@ class Keeper:
         except OSError:
             self._drop(fd)
             return
-        finally:
-            if fd in self.clients:
-                client.sock.setblocking(True)
-        mask = select.POLLIN | (select.POLLOUT if client.backlog else 0)
-        self.poller.modify(fd, mask)
+        self.poller.modify(fd, select.POLLIN | (select.POLLOUT if client.backlog else 0))
 
 
 def _started(spec: LaunchSpec, pid: int, start_time: int) -> bytes:

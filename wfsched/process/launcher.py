@@ -537,8 +537,9 @@ class Launcher:
     running. Two connections: requests and their replies on one, exit
     events (`fileno()`) on the other, so a reply never waits behind events.
 
-    `stop()` only disconnects: the keeper keeps the runs and exits by itself
-    once it has neither runs nor clients.
+    `stop()` lets the keeper go once it has recorded its runs; a client that
+    dies instead leaves it waiting (its runs going on) for the next one to
+    re-attach. A keeper with neither runs nor clients exits by itself.
 
     It implements `ProcessControl`. `fault` (crash tests only: a
     `wfsched.faults` spec at which the keeper SIGKILLs itself) goes to the
@@ -818,22 +819,22 @@ class Launcher:
         return signal_session(shim, signum)
 
     def stop(self) -> None:
-        """Disconnect (idempotent); the keeper and its runs are not touched.
+        """Say goodbye (idempotent): the keeper stops taking clients and
+        launches, finishes the runs it holds (recording their exits) and then
+        exits; a new `start()` starts a new keeper meanwhile. Running
+        commands are not touched. (A client that dies without stop(), a
+        crashed supervisor, leaves the keeper waiting for it to re-attach.)
         Unregister `fileno()` from selectors first: it is closed here."""
         with self._lock:
+            if self._requests is not None:
+                with contextlib.suppress(LauncherError, OSError, ValueError):
+                    self._request({"op": "shutdown"})
             for sock in (self._requests, self._events):
                 if sock is not None:
                     sock.close()
             self._requests = self._events = None
             self._keeper_pid = None
             self._reap_started()
-
-    def shutdown(self) -> None:
-        """Ask the keeper to exit once its last run is recorded (it refuses
-        new launches meanwhile), and disconnect."""
-        with self._lock, contextlib.suppress(LauncherError):
-            self._request({"op": "shutdown"})
-        self.stop()
 
 
 def _parent(pid: int) -> int | None:
