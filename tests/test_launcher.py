@@ -453,17 +453,18 @@ def test_server_reports_reaped_shims(launcher: Launcher, tmp_path: Path) -> None
     assert launcher.drain_exits() == []  # non-blocking when nothing is new
 
 
-def test_warm_forks_a_throwaway_child_that_is_never_reported(
+def test_warm_and_the_fork_probe_leave_nothing_behind_and_are_never_reported(
     launcher: Launcher, tmp_path: Path
 ) -> None:
     server = launcher.server_pid
     assert server is not None
     for _ in range(3):
         launcher.warm()
+        launcher.probe_fork()
     children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
-    assert children == [], "the warm-up child was reaped by the server itself"
+    assert children == [], "the probe's child was reaped by the keeper itself"
     handle = launcher.spawn(make_spec(tmp_path, ("true",)))
-    # The exit pipe is ordered: a reported warm-up child would come first.
+    # Events are ordered: a reported probe child would come first.
     reported: list[int] = []
 
     def shim_reported() -> bool:

@@ -79,7 +79,7 @@ from wfsched.store.rundirs import (
 from wfsched.store.runtime_file import FaultFile, fault_path
 
 ABANDONED = (
-    "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
+    "abandoned: the supervisor lost this run (no live parent, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64

@@ -21,8 +21,10 @@ Protocol: length-prefixed JSON messages (`launcher._send_message`), one
 reply per request, in order, on a connection: `hello` (optionally
 subscribing the connection to exit events, `{"exited": [pid, ...]}`, sent
 once each attempt's exit record is on disk), `spawn`, `cancel`, `signal`,
-`list`, `warm` (a fork probe) and `shutdown` (refuse spawns, exit once the
-last run is recorded). Peers of another uid are refused.
+`list`, `warm` (a no-op: the round trip wakes the keeper before a due
+instant), `probe` (a throwaway fork: can it fork now?) and `shutdown` (take
+no new client or launch, exit once the last run is recorded). Peers of
+another uid are refused.
 
 Per attempt the launch lock and started record are `shim.json` in its record
 directory, as the records module docstring says: the keeper takes the flock
@@ -358,7 +360,9 @@ class Keeper:
                 ]
             }
         if op == "warm":
-            return _warm_fork()
+            return {"warm": True}  # the round trip itself wakes the keeper's pages
+        if op == "probe":
+            return _probe_fork()
         if op == "shutdown":
             self._shut_down()
             return {"done": True}
@@ -670,7 +674,7 @@ def _spawn_failure(spec: LaunchSpec, exc: Exception) -> str:
     return f"cannot execute {spec.argv[0]!r}: {why}"
 
 
-def _warm_fork() -> dict[str, Any]:
+def _probe_fork() -> dict[str, Any]:
     """Fork a child that exits at once and reap it: whether the keeper can
     fork right now (a process limit is an answer, never the keeper's death)."""
     try:

@@ -719,18 +719,19 @@ class Launcher:
         return ShimHandle(pid=data["pid"], start_time=data["start_time"])
 
     def warm(self) -> None:
-        """Wake the keeper just before a due instant (a throwaway fork), so
-        the launch itself finds its pages and the fork path warm. Best
-        effort: errors are for `spawn()` to report."""
+        """Wake the keeper just before a due instant (a no-op round trip), so
+        the launch itself finds it and its pages awake. No fork: the keeper
+        spawns with vfork, which a throwaway fork would not warm, and a fork
+        of it costs milliseconds. Best effort: errors are for `spawn()`."""
         with self._lock, contextlib.suppress(OSError, ValueError):
             self._request({"op": "warm"})
 
     def probe_fork(self) -> None:
-        """Whether the keeper can fork right now (a throwaway child, like
-        warm()): SpawnRefused if not, LauncherError if the keeper is gone.
-        The supervisor's probe while a process-limit episode lasts."""
+        """Whether the keeper can fork right now (a throwaway child):
+        SpawnRefused if not, LauncherError if the keeper is gone. The
+        supervisor's probe while a process-limit episode lasts."""
         with self._lock:
-            data = self._request({"op": "warm"})
+            data = self._request({"op": "probe"})
         if "errno" in data:
             raise SpawnRefused(data["errno"], f"cannot fork: {data['error']}")
 
