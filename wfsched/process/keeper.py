@@ -35,6 +35,7 @@ lock is free exactly when the attempt's end is recorded or its keeper died.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gc
 import heapq
@@ -138,7 +139,17 @@ def main(directory: str, fault_spec: str = "") -> NoReturn:
     """Entry point of `python -I -S -c ...` (see `launcher._keeper_argv`)."""
     code = 70
     try:
-        Keeper(directory, fault_spec).serve()
+        keeper = Keeper(directory, fault_spec)
+    except OSError as exc:  # its directory: one line, the launcher reports the rest
+        with contextlib.suppress(BaseException):
+            _write_all(2, f"wfsched-keeper: cannot start in {directory}: {exc}\n".encode())
+        os._exit(code)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+        os._exit(code)
+    try:
+        keeper.serve()
         code = 0
     except BaseException:
         with contextlib.suppress(BaseException):
@@ -422,13 +433,20 @@ class Keeper:
         self.fault("keeper-after-started")
         try:
             pid = _start_command(spec)
-        except (OSError, ValueError) as exc:
-            self._unstarted -= 1
-            run = _Run(spec, self._unstarted, 0, lock_fd, started_at, None, None)
-            self.runs[run.key] = run
-            self._record(run, "spawn-failed", None, None, _spawn_failure(spec, exc))
-            return {"error": _spawn_failure(spec, exc), "not_started": 1}
+        except OSError as exc:
+            if exc.filename is None and exc.errno in (errno.EAGAIN, errno.ENOMEM):
+                # The fork itself failed (a process limit): nothing started,
+                # so the started record goes and the attempt may be launched
+                # again once the limit passes.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(lock_fd, 0)
+                os.close(lock_fd)
+                return {"error": f"fork failed ({_why(exc)})", "errno": exc.errno}
+            return self._not_started(spec, lock_fd, started_at, exc)
+        except ValueError as exc:
+            return self._not_started(spec, lock_fd, started_at, exc)
         start_time = process_start_time(pid) or 0
+
         with contextlib.suppress(OSError):  # pid unknown to recovery if this fails
             os.pwrite(lock_fd, _started(spec, pid, start_time), 0)
         cap = None if spec.max_log_bytes is None else _LogCap(spec.attempt_dir, spec.max_log_bytes)
@@ -438,6 +456,17 @@ class Keeper:
         self._schedule(run, now)
         self.fault("keeper-after-spawn")
         return {"pid": pid, "start_time": start_time}
+
+    def _not_started(
+        self, spec: LaunchSpec, lock_fd: int, started_at: float, exc: Exception
+    ) -> dict[str, Any]:
+        """The command could not be started (exec or chdir failed, no input
+        file): recorded as spawn-failed like any other end."""
+        self._unstarted -= 1
+        run = _Run(spec, self._unstarted, 0, lock_fd, started_at, None, None)
+        self.runs[run.key] = run
+        self._record(run, "spawn-failed", None, None, _spawn_failure(spec, exc))
+        return {"error": _spawn_failure(spec, exc), "not_started": 1}
 
     # -- waiting ----------------------------------------------------------------
 

@@ -582,8 +582,15 @@ class Launcher:
                 import tempfile
 
                 self._directory = tempfile.mkdtemp(prefix="wfsched-keeper-")
+            # What the keeper will need of its directory, checked here first:
+            # a read-only or full store is then the plain OSError the
+            # supervisor reports for its store, not a keeper's traceback.
             with contextlib.suppress(FileExistsError):
                 os.makedirs(self._directory, mode=0o700)
+            from wfsched.process.keeper import KEEPER_LOCK
+
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            os.close(os.open(os.path.join(self._directory, KEEPER_LOCK), flags, 0o600))
             self._reap_started()
             problem = "no keeper"
             for _ in range(_CONNECT_TRIES):
