@@ -492,14 +492,15 @@ def test_spawn_errors_and_stop(tmp_path: Path) -> None:
 
     launcher.stop()
     launcher.stop()  # idempotent
-    assert not gone(server)  # the keeper keeps its run to the end
+    assert not gone(server)  # stop() only disconnects: the keeper keeps its run
     assert not gone(handle.pid)
     with pytest.raises(LauncherError):
         launcher.spawn(spec)
     (tmp_path / "go").touch()
     assert wait_exit(spec).outcome == "exited"
     assert log(spec, "stdout.log") == "done\n"
-    wait_for(lambda: gone(server), what="the keeper to exit after its last run")
+    # With neither a run nor a client, the keeper exits by itself.
+    wait_for(lambda: gone(server), what="the idle keeper to exit")
 
 
 def test_server_death_is_reported(tmp_path: Path) -> None:
@@ -589,13 +590,13 @@ def test_keeper_outlives_terminal_and_stop_signals(launcher: Launcher, tmp_path:
     assert not gone(server)
 
 
-def test_restart_after_stop_starts_a_new_keeper_while_the_old_one_finishes(
+def test_restart_after_stop_re_attaches_and_shutdown_lets_the_keeper_go(
     tmp_path: Path,
 ) -> None:
-    # stop() says goodbye: the keeper takes no new client or launch, keeps
-    # its run to the end (recording it) and exits; a start() meanwhile gets a
-    # new keeper at once. (A client killed without stop() is re-attached to:
-    # test_keeper_and_run_outlive_a_killed_owner_and_the_lock_dies_with_it.)
+    # The supervisor replaces a lost connection with stop() then start(), and
+    # a restarted supervisor starts with start(): the same keeper while it
+    # lives. shutdown() lets it go: it takes no new client or launch,
+    # finishes its run and exits, and a start() meanwhile gets a new keeper.
     launcher = Launcher(tmp_path / "store")
     launcher.start()
     first = launcher.server_pid
@@ -603,10 +604,13 @@ def test_restart_after_stop_starts_a_new_keeper_while_the_old_one_finishes(
     handle = launcher.spawn(held)
     launcher.stop()
     launcher.start()
+    assert launcher.server_pid == first and launcher.alive(handle)
+    launcher.shutdown()
+    launcher.start()
     try:
         assert first is not None and launcher.server_pid not in (None, first)
         assert not gone(first) and launch_locked(held.record_dir)
-        assert not launcher.alive(handle)  # not the new keeper's: the lock says it lives
+        assert not launcher.alive(handle)  # not the new keeper's: its lock says it lives
         spec = make_spec(tmp_path, ("true",), attempt=2)
         launcher.spawn(spec)
         assert wait_exit(spec).outcome == "exited"
@@ -615,6 +619,18 @@ def test_restart_after_stop_starts_a_new_keeper_while_the_old_one_finishes(
         wait_for(lambda: gone(first), what="the old keeper to exit")
     finally:
         launcher.stop()
+
+
+def test_signal_reaches_the_run_s_group_through_the_keeper(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    spec = make_spec(tmp_path, ("sh", "-c", f"trap 'exit 9' USR1; echo $$ > pgid; {WAIT_FOR_GO}"))
+    handle = launcher.spawn(spec)
+    wait_for(lambda: (tmp_path / "pgid").exists(), what="the job to start")
+    assert launcher.signal(handle, signal.SIGUSR1)
+    record = wait_exit(spec)
+    assert (record.outcome, record.exit_code) == ("exited", 9)
+    assert not launcher.signal(handle, signal.SIGUSR1)  # ended: nothing to signal
 
 
 def test_a_server_that_cannot_start_is_a_launcher_error(

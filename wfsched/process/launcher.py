@@ -537,9 +537,9 @@ class Launcher:
     running. Two connections: requests and their replies on one, exit
     events (`fileno()`) on the other, so a reply never waits behind events.
 
-    `stop()` lets the keeper go once it has recorded its runs; a client that
-    dies instead leaves it waiting (its runs going on) for the next one to
-    re-attach. A keeper with neither runs nor clients exits by itself.
+    `stop()` only disconnects, as a crash of the client would: the keeper
+    keeps its runs and waits for the next client to re-attach, and exits by
+    itself once it has neither runs nor clients. `shutdown()` lets it go.
 
     It implements `ProcessControl`. `fault` (crash tests only: a
     `wfsched.faults` spec at which the keeper SIGKILLs itself) goes to the
@@ -826,17 +826,28 @@ class Launcher:
     def signal_session(self, shim: ShimHandle, signum: int) -> bool:
         return signal_session(shim, signum)
 
-    def stop(self) -> None:
-        """Say goodbye (idempotent): the keeper stops taking clients and
-        launches, finishes the runs it holds (recording their exits) and then
-        exits; a new `start()` starts a new keeper meanwhile. Running
-        commands are not touched. (A client that dies without stop(), a
-        crashed supervisor, leaves the keeper waiting for it to re-attach.)
-        Unregister `fileno()` from selectors first: it is closed here."""
+    def signal(self, handle: ShimHandle, signum: int) -> bool:
+        """Have the keeper send `signum` to the run's process group (no
+        outcome of its own: the run ends, or not, as the signal makes it)."""
+        request = {"op": "signal", "pid": handle.pid, "start_time": handle.start_time}
         with self._lock:
-            if self._requests is not None:
-                with contextlib.suppress(LauncherError, OSError, ValueError):
-                    self._request({"op": "shutdown"})
+            data = self._request({**request, "signum": int(signum)})
+        return bool(data.get("done"))
+
+    def shutdown(self) -> None:
+        """Let the keeper go: it takes no new client or launch, finishes the
+        runs it holds (recording their exits) and exits; a `start()` after
+        this starts a new keeper at once. Then disconnect."""
+        with self._lock, contextlib.suppress(LauncherError, OSError, ValueError):
+            self._request({"op": "shutdown"})
+        self.stop()
+
+    def stop(self) -> None:
+        """Disconnect (idempotent); the keeper and its runs are not touched:
+        a `start()` re-attaches to it, and it exits by itself once it has
+        neither a run nor a client for a second. Unregister `fileno()` from
+        selectors first: it is closed here."""
+        with self._lock:
             for sock in (self._requests, self._events):
                 if sock is not None:
                     sock.close()
