@@ -89,14 +89,14 @@ _READ_AGAIN_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EIO, errno.ENO
 _RECORD_RETRY_FIRST = 0.05  # seconds before a failed exit record is written again
 _RECORD_RETRY_MAX = 5.0  # the backoff's cap: a freed disk is seen within seconds
 # The errors that a full, read-only or failing disk (or a descriptor limit)
-# gives: the shim keeps its exit code and tries again until they pass.
+# gives: the keeper keeps the exit code and tries again until they pass.
 _RECORD_RETRY_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EMFILE, errno.ENFILE}
 )
 _LOG_CHECK_FIRST = 0.1  # seconds between log size checks while output grows
 _LOG_CHECK_MAX = 2.0  # ... backing off to this while it does not
 LOG_TRUNCATED = b"[wfsched: "
-"""How a log begins once the shim cut it to max_log_bytes (the first line
+"""How a log begins once the keeper cut it to max_log_bytes (the first line
 says how many bytes of earlier output were dropped; rundirs.log_truncation)."""
 _PR_SET_NAME = 15
 
@@ -139,13 +139,14 @@ class SpawnRefused(OSError):
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """Everything a shim needs; it crosses a pipe as JSON, so plain data only.
+    """Everything the keeper needs to run an attempt; it crosses a socket as
+    JSON, so plain data only.
 
-    `cwd=None` runs the command in the fork server's working directory, i.e.
-    the supervisor's at `Launcher.start()`; `env` is passed as is (PATH in it
+    `cwd=None` runs the command in the working directory of the process
+    that calls `Launcher.spawn()`; `env` is passed as is (PATH in it
     is what finds `argv[0]`); `timeout=None` means no limit. `attempt_dir`
     gets the command's logs, `record_dir` (out of the job's reach) the
-    shim's records.
+    attempt's records.
     """
 
     run_id: str
@@ -169,7 +170,8 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class ShimHandle:
-    """A shim's identity: pid alone is reused by the kernel, pid + starttime is not."""
+    """A run's identity (its command's; a shim's for runs of earlier
+    releases): pid alone is reused by the kernel, pid + starttime is not."""
 
     pid: int
     start_time: int
@@ -187,11 +189,11 @@ class ExitRecord:
 
 
 # --------------------------------------------------------------------------
-# /proc and records: used by the supervisor, recovery and the shim alike.
+# /proc and records: used by the supervisor, recovery and the keeper alike.
 
 
-def _read_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, starttime) from /proc/<pid>/stat, or None if no such process."""
+def _read_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state letter, ppid, starttime) from /proc/<pid>/stat, or None if no such process."""
     if pid <= 0:
         return None
     try:
@@ -206,63 +208,32 @@ def _read_stat(pid: int) -> tuple[str, int] | None:
         os.close(fd)
     # comm (field 2) may contain spaces and parentheses: split after the last ')'.
     fields = raw[raw.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[19])
+    return fields[0].decode(), int(fields[1]), int(fields[19])
 
 
 def process_start_time(pid: int) -> int | None:
     """Clock ticks after boot at which `pid` started (zombies included); None if absent."""
     stat = _read_stat(pid)
-    return None if stat is None else stat[1]
+    return None if stat is None else stat[2]
 
 
-def shim_alive(handle: ShimHandle) -> bool:
+def process_alive(handle: ShimHandle) -> bool:
     """True while that very process runs: same starttime (not a reused pid), not a zombie.
 
-    A finished shim can stay a zombie for a while (the fork server reaps it,
-    but after the supervisor died its new parent may never do so), so a zombie
-    counts as gone.
+    A process whose parent died may stay a zombie for a while (an init that
+    never reaps), so a zombie counts as gone.
     """
     stat = _read_stat(handle.pid)
-    return stat is not None and stat[0] not in "ZX" and stat[1] == handle.start_time
-
-
-def cancel_shim(handle: ShimHandle) -> bool:
-    """SIGTERM the shim (never the command directly); returns whether it was signalled.
-
-    The shim then terminates the command's process group (SIGTERM, kill_grace,
-    SIGKILL) and records outcome "cancelled". The check and the kill go
-    through one pidfd, so a pid reused between them cannot be hit.
-    """
-    try:
-        pidfd = os.pidfd_open(handle.pid)
-    except ProcessLookupError:
-        return False
-    except OSError:  # no pidfd support: accept the tiny check-then-kill race
-        if not shim_alive(handle):
-            return False
-        try:
-            os.kill(handle.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return False
-        return True
-    try:
-        if not shim_alive(handle):
-            return False
-        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
-        return True
-    except ProcessLookupError:
-        return False
-    finally:
-        os.close(pidfd)
+    return stat is not None and stat[0] not in "ZX" and stat[2] == handle.start_time
 
 
 def session_members(sid: int) -> list[int]:
     """Pids of the live (non-zombie) processes in session `sid`.
 
-    A shim is a session leader (setsid) and its command's process group is in
-    that session, so once the shim is dead this is what is left of its run.
-    The kernel never hands out a pid that is still some session's id, so a
-    dead shim's pid names its own session's leftovers and nothing else.
+    A command is a session leader (setsid; a shim of an earlier release was),
+    so once its parent is dead this is what is left of its run. The kernel
+    never hands out a pid that is still some session's id, so a dead
+    leader's pid names its own session's leftovers and nothing else.
     """
     members = []
     try:
@@ -285,11 +256,11 @@ def session_members(sid: int) -> list[int]:
 
 def signal_session(shim: ShimHandle, signum: int) -> bool:
     """Send `signum` to every process group with a member in the session the
-    (dead) `shim` led; False if nothing of that session is left.
+    `shim` (a run's command) led; False if nothing of that session is left.
 
-    The shim's pid stays allocated while its session has members, so if a
-    process holds that pid now it is either the shim itself (a zombie, same
-    start time) or, the session having emptied, someone else who may lead a
+    The leader's pid stays allocated while its session has members, so if a
+    process holds that pid now it is either the leader itself (same start
+    time) or, the session having emptied, someone else who may lead a
     session of their own: never ours to signal.
     """
     holder = process_start_time(shim.pid)
@@ -311,7 +282,7 @@ def _why(exc: OSError) -> str:
 
 def _load_record(path: str, *, empty_is_absent: bool = False) -> dict[str, Any] | None:
     """A record's JSON object; None if absent (or, with `empty_is_absent`,
-    empty: an empty started record is a lock no shim has written yet).
+    empty: an empty started record is a lock nothing has written into yet).
 
     Any failure to read (a directory, a symlink, a FIFO, EACCES, EIO...) is
     a RecordError naming the file: reading a record must never raise
@@ -361,8 +332,9 @@ _MISSING = object()
 
 
 def read_shim_record(record_dir: str) -> ShimHandle | None:
-    """The shim's started record (pid + start time); None if no shim wrote one,
-    i.e. the command never started. RecordError if unreadable."""
+    """The attempt's started record (pid + start time: the command's, or the
+    keeper's until the command runs); None if none was written, i.e. the
+    command never started. RecordError if unreadable."""
     path = os.path.join(record_dir, SHIM_RECORD)
     data = _load_record(path, empty_is_absent=True)
     if data is None:
@@ -373,9 +345,9 @@ def read_shim_record(record_dir: str) -> ShimHandle | None:
 
 
 def launch_locked(record_dir: str) -> bool:
-    """Whether a shim of this attempt is alive: it holds the launch lock
-    (`shim.json`) from its fork until it exits, dead or alive whatever its pid
-    says. RecordError if the lock cannot be examined."""
+    """Whether a keeper holds this attempt: it holds the launch lock
+    (`shim.json`) from before the command starts until its exit record is on
+    disk, whatever pids say. RecordError if the lock cannot be examined."""
     path = os.path.join(record_dir, SHIM_RECORD)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -398,7 +370,7 @@ def read_exit_record(record_dir: str) -> ExitRecord | None:
     """The attempt's exit record; None if absent, RecordError if unreadable,
     corrupt or partial.
 
-    The shim renames a complete, fsynced file into place, so a partial file
+    The keeper renames a complete, fsynced file into place, so a partial file
     means outside interference: the caller fails the run closed.
     """
     path = os.path.join(record_dir, EXIT_RECORD)
@@ -421,7 +393,7 @@ def read_exit_record(record_dir: str) -> ExitRecord | None:
 
 def _write_exit_record(record_dir: str, data: dict[str, Any]) -> None:
     """tmp + fsync + rename + directory fsync: readers never see half a
-    record, and it survives a power cut once the shim has exited."""
+    record, and it survives a power cut once it is reported."""
     path = os.path.join(record_dir, EXIT_RECORD)
     tmp = f"{path}.tmp"
     payload = _to_json(data).encode()
@@ -795,9 +767,9 @@ class Launcher:
         command, so a zombie child of the keeper counts as alive. A command
         whose keeper died is not alive, whatever it still does."""
         stat = _read_stat(handle.pid)
-        if stat is None or stat[1] != handle.start_time or self._keeper_pid is None:
+        if stat is None or stat[2] != handle.start_time or self._keeper_pid is None:
             return False
-        return _parent(handle.pid) == self._keeper_pid
+        return stat[1] == self._keeper_pid
 
     def cancel(self, handle: ShimHandle) -> bool:
         """Have the keeper terminate the command's process group (SIGTERM,
@@ -856,15 +828,6 @@ class Launcher:
             self._reap_started()
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    return int(raw[raw.rindex(b")") + 2 :].split()[1])
-
-
 # --------------------------------------------------------------------------
 # Helpers of the keeper.
 
@@ -918,7 +881,7 @@ def exit_outcome(
 
     `status` is the leader's wait status (None when it was never reaped:
     stuck in the kernel after SIGKILL); `terminated` is "timeout" or
-    "cancelled" when the shim ended the group, and `killed` says SIGKILL
+    "cancelled" when the keeper ended the group, and `killed` says SIGKILL
     followed the grace. Pure, so the words the operator reads are tested
     without running a command.
     """
@@ -943,9 +906,9 @@ class _LogCap:
     """Keeps the attempt's stdout.log and stderr.log within `limit` bytes
     each, so a job's output cannot fill the disk the store lives on.
 
-    The command writes its logs directly (no copy through the shim: a
+    The command writes its logs directly (no copy through the keeper: a
     background process the job leaves behind keeps writing to them as under
-    cron). The shim checks their sizes every 0.1 s while they grow, backing
+    cron). The keeper checks their sizes every 0.1 s while they grow, backing
     off to 2 s while they do not; a log found over the limit is cut in place
     to its last half, after a first line saying how many bytes of earlier
     output were dropped. A log can therefore exceed the limit by what the
@@ -972,7 +935,7 @@ class _LogCap:
             try:
                 info = os.lstat(path)
                 if not stat_module.S_ISREG(info.st_mode):
-                    continue  # not the log the shim opened: leave it be
+                    continue  # not the log the keeper opened: leave it be
                 size = info.st_size
                 if size > self.limit:
                     size = self._keep_tail(path)
