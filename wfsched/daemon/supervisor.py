@@ -102,7 +102,9 @@ logged) after this many ticks, so one broken definition cannot loop."""
 LAUNCHER_BACKOFF_FIRST = 0.1
 LAUNCHER_BACKOFF_MAX = 5.0
 """Seconds between attempts to start a replacement launcher (doubling)."""
-NEVER_STARTED = "not started: its shim died before starting the command; the command never ran"
+NEVER_STARTED = (
+    "not started: its run keeper died before starting the command; the command never ran"
+)
 REQUEST_TRIES = 5
 """A request (trigger, resume, cancel) whose handling keeps failing is
 answered `refused`, with the error in words, after this many tries: retried
@@ -369,7 +371,7 @@ class Supervisor:
 
     def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
         """Sleep until the next tick; before a due instant, warm the disk (a
-        durable liveness stamp) and the fork server (a throwaway fork)."""
+        durable liveness stamp) and the run keeper (a round trip)."""
         if waiter.wait_until_due(timeout, due, self._stopping, self._prewake):
             self.wake_now = True
 
@@ -1114,10 +1116,12 @@ class Supervisor:
         self._pids[handle.pid] = watch.run_seq
 
     def _replace_launcher(self, exc: Exception) -> None:
-        """The fork server died: wait for it to be gone, start a new one (it
-        closes every inherited descriptor, lock and database included) and
-        poll the shims the old one would have reported, as after a restart.
-        A new server that cannot start is retried with backoff (`tick`)."""
+        """The run keeper died (or its connection was lost): reconnect, to
+        the same keeper if it lives, else to a new one (which inherits no
+        descriptor, lock and database included), and poll the runs whose end
+        it would have reported, as after a restart: a dead keeper's runs are
+        then failed as abandoned. A keeper that cannot start is retried with
+        backoff (`tick`)."""
         self.log("launcher-lost", reason=str(exc))
         for watch in self.watches.values():
             watch.adopted = True
@@ -1197,8 +1201,8 @@ class Supervisor:
     # -- exits --------------------------------------------------------------------
 
     def ingest_exits(self) -> None:
-        """Exit records of shims the fork server reaped, plus a look at every
-        adopted shim (not our grandchild, so nobody reports its end). All
+        """Exit records of runs the run keeper reported ended, plus a look at
+        every adopted run (whose end nobody reports to us). All
         endings found in one tick are recorded in one transaction."""
         self._collect_reaped()
         endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
@@ -1227,7 +1231,7 @@ class Supervisor:
             self.block(schedule_id, reason)
 
     def _collect_reaped(self) -> None:
-        """Take the pids the fork server reaped. Needs no store, so it runs
+        """Take the pids the run keeper reported ended. Needs no store, so it runs
         through a fault episode too: the exit records wait on disk, the
         reaped runs in `_reaped`, until their ends can be committed."""
         drained: list[int] = []

@@ -58,6 +58,9 @@ from wfsched.process.launcher import (
     _RECORD_RETRY_ERRNOS,
     _RECORD_RETRY_FIRST,
     _RECORD_RETRY_MAX,
+    KEEPER_LOCK,
+    KEEPER_PROTOCOL,
+    KEEPER_SOCKET,
     SHIM_RECORD,
     STDERR_LOG,
     STDOUT_LOG,
@@ -77,9 +80,6 @@ from wfsched.process.launcher import (
     process_start_time,
 )
 
-KEEPER_SOCKET = "keeper.sock"
-KEEPER_LOCK = "keeper.lock"
-PROTOCOL = 1
 _IDLE_EXIT = 1.0  # seconds without runs or clients before the keeper exits
 _LOCK_WAIT = 5.0  # seconds a new keeper waits for a dying one's keeper.lock
 _GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
@@ -87,18 +87,6 @@ _MAX_WAIT = 3600.0  # the longest single poll: far below poll()'s int overflow
 _STARTED_SIZE = 512  # both started records are padded to this: one pwrite replaces the other
 _PR_SET_CHILD_SUBREAPER = 36
 _SO_PEERCRED = struct.Struct("3i")
-
-
-def socket_path(directory: str) -> str:
-    """The keeper's socket path, short enough for sun_path (108 bytes): a
-    long directory is reached through an O_PATH descriptor of it (the
-    caller's `/proc/self/fd/N`, which `connect` follows; the caller closes
-    it after connecting)."""
-    path = os.path.join(directory, KEEPER_SOCKET)
-    if len(path.encode()) < 100:
-        return path
-    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    return f"/proc/self/fd/{fd}/{KEEPER_SOCKET}"
 
 
 @dataclass
@@ -184,6 +172,9 @@ class Keeper:
             self.path = f"/proc/self/fd/{self.dir_fd}/{KEEPER_SOCKET}"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(KEEPER_SOCKET, dir_fd=self.dir_fd)  # a dead keeper's: we hold keeper.lock
+        # Never pin the directory it was started in (commands get their cwd
+        # from each request): it may outlive that directory by far.
+        os.chdir("/")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -345,7 +336,7 @@ class Keeper:
             return self._spawn(LaunchSpec.from_wire(request["spec"]))
         if op == "hello":
             client.events = bool(request.get("events"))
-            return {"keeper": self.pid, "start_time": self.start_time, "protocol": PROTOCOL}
+            return {"keeper": self.pid, "start_time": self.start_time, "protocol": KEEPER_PROTOCOL}
         if op in ("cancel", "signal"):
             run = self.runs.get(int(request["pid"]))
             if run is None or run.start_time != request["start_time"] or run.record is not None:

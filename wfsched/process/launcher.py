@@ -76,6 +76,8 @@ OUTCOMES = frozenset({"exited", "signaled", "timeout", "cancelled", "spawn-faile
 _to_json = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per call
 _HEADER = struct.Struct("!I")  # length prefix of a request, reply or event
 KEEPER_PROTOCOL = 1
+KEEPER_SOCKET = "keeper.sock"  # in the store's local directory
+KEEPER_LOCK = "keeper.lock"  # flock held by the keeper for life: one per directory
 _CONNECT_TRIES = 5  # start(): connect, else start a keeper, so many times
 _KEEPER_STOP_WAIT = 5.0  # seconds start() waits for a keeper that failed to start
 _KEEPER_READY_WAIT = 60.0  # seconds start() waits for a new keeper (a loaded host is slow)
@@ -521,7 +523,7 @@ class Launcher:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, fault: str = "") -> None:
         self._fault = fault
-        self._directory = None if directory is None else os.fspath(directory)
+        self._directory = None if directory is None else os.path.abspath(directory)
         self._lock = threading.Lock()
         self._requests: socket.socket | None = None
         self._events: socket.socket | None = None
@@ -559,8 +561,6 @@ class Launcher:
             # supervisor reports for its store, not a keeper's traceback.
             with contextlib.suppress(FileExistsError):
                 os.makedirs(self._directory, mode=0o700)
-            from wfsched.process.keeper import KEEPER_LOCK
-
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
             os.close(os.open(os.path.join(self._directory, KEEPER_LOCK), flags, 0o600))
             self._reap_started()
@@ -578,8 +578,6 @@ class Launcher:
             raise LauncherError(f"the run keeper did not start: {problem}")
 
     def _connect(self) -> None:
-        from wfsched.process.keeper import socket_path
-
         assert self._directory is not None
         path = socket_path(self._directory)
         pair: list[socket.socket] = []
@@ -826,6 +824,18 @@ class Launcher:
             self._requests = self._events = None
             self._keeper_pid = None
             self._reap_started()
+
+
+def socket_path(directory: str) -> str:
+    """The keeper's socket path, short enough for sun_path (108 bytes): a
+    long directory is reached through an O_PATH descriptor of it (the
+    caller's `/proc/self/fd/N`, which `connect` follows; the caller closes
+    it after connecting)."""
+    path = os.path.join(directory, KEEPER_SOCKET)
+    if len(path.encode()) < 100:
+        return path
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"/proc/self/fd/{fd}/{KEEPER_SOCKET}"
 
 
 # --------------------------------------------------------------------------
