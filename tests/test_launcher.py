@@ -353,10 +353,10 @@ def test_stdin_is_the_input_file_and_cwd_is_applied(launcher: Launcher, tmp_path
 def test_command_gets_default_signals_and_only_three_fds(
     launcher: Launcher, tmp_path: Path
 ) -> None:
-    # The server ignores SIGINT/SIGHUP/SIGTERM and blocks SIGTERM, Python
-    # ignores SIGPIPE/SIGXFSZ; none of that may leak into a job (the command
-    # reads its own status: a shell's would be racy while it forks), nor any
-    # fd of the server or the shim.
+    # The keeper catches SIGINT/SIGHUP/SIGTERM (and its launcher starts it
+    # with them blocked), Python ignores SIGPIPE/SIGXFSZ; none of that may
+    # leak into a job (the command reads its own status: a shell's would be
+    # racy while it forks), nor any fd of the keeper (locks, sockets).
     signals = make_spec(tmp_path, ("grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"))
     launcher.spawn(signals)
     fds = make_spec(tmp_path, ("sh", "-c", "ls /proc/$$/fd"), attempt=2)
@@ -872,3 +872,27 @@ def test_exit_outcome_says_how_the_attempt_ended(
     status: int | None, terminated: str | None, killed: bool, expected: tuple[object, ...]
 ) -> None:
     assert exit_outcome(status, terminated, timeout=90, kill_grace=5, killed=killed) == expected
+
+
+def test_malformed_requests_get_an_error_reply_and_never_kill_the_keeper(
+    tmp_path: Path,
+) -> None:
+    """The keeper parents every run of its host: a bad request must cost the
+    client an error, never the keeper its life (and the runs their parent)."""
+    import socket
+    import struct
+
+    with Launcher(tmp_path / "store") as launcher:
+        keeper = launcher.server_pid
+        assert keeper is not None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+            raw.connect(str(tmp_path / "store" / "keeper.sock"))
+            for body in (b"not json", b"[1, 2]", b'"text"', b"{}", b'{"op": "nope"}'):
+                raw.sendall(struct.pack("!I", len(body)) + body)
+                size = struct.unpack("!I", raw.recv(4))[0]
+                reply = json.loads(raw.recv(size))
+                assert "error" in reply, (body, reply)
+        spec = make_spec(tmp_path, ("true",))
+        launcher.spawn(spec)
+        assert wait_exit(spec).outcome == "exited"
+        assert launcher.server_pid == keeper and not gone(keeper)

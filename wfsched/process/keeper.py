@@ -283,10 +283,12 @@ class Keeper:
                 return
             except OSError:  # out of descriptors: the client sees its connect fail
                 return
-            uid = _SO_PEERCRED.unpack(
-                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _SO_PEERCRED.size)
-            )[1]
-            if uid != os.getuid():
+            try:
+                cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _SO_PEERCRED.size)
+            except OSError:  # gone already
+                sock.close()
+                continue
+            if _SO_PEERCRED.unpack(cred)[1] != os.getuid():
                 sock.close()
                 continue
             sock.setblocking(True)
@@ -315,8 +317,11 @@ class Keeper:
         if message is None:
             self._drop(fd)
             return
+        request: Any = None
         try:
             request = json.loads(message)
+            if not isinstance(request, dict):
+                raise TypeError("not a JSON object")
             reply = self._handle(client, request)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             reply = {"error": f"malformed request ({exc})"}
@@ -327,7 +332,7 @@ class Keeper:
             return
         if client.events:
             client.sock.setblocking(False)  # from now on it only gets events
-        if request.get("op") == "spawn" and "pid" in reply:
+        if isinstance(request, dict) and request.get("op") == "spawn" and "pid" in reply:
             self.fault("keeper-after-reply")
 
     def _handle(self, client: _Client, request: dict[str, Any]) -> dict[str, Any]:
