@@ -656,8 +656,10 @@ def _start_command(spec: LaunchSpec) -> int:
     Popen uses vfork (no page tables copied), searches spec.env's PATH,
     applies cwd in the child, restores the SIGPIPE and SIGXFSZ that Python
     ignores to default, and reports exec and chdir failures as OSError
-    naming the file. os.posix_spawn is a little cheaper but has no cwd and
-    searches the keeper's PATH, not the command's.
+    naming the file. os.posix_spawn is a little cheaper (about 0.1 ms) but
+    has no cwd, searches the keeper's PATH, not the command's, and glibc's
+    leaves its internal signals (32, 33) ignored in the child: ignored
+    dispositions survive exec into the job.
     """
     if not spec.argv:
         raise ValueError("empty command")
