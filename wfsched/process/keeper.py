@@ -5,10 +5,10 @@ spawns commands, enforces their timeouts, kills process groups, and writes
 each attempt's exit record into the private record tree; the supervisor (or
 whoever connects) records the rest.
 
-Why a keeper rather than a Python shim per run: a forked shim cost about
-5 ms of CPU per run (a fork of an interpreter, its copy-on-write faults, its
-own exit), the keeper under 1 ms (a vfork spawn, one wait, one record); see
-docs/architecture.md for the figures.
+Why a keeper rather than a Python shim per run: a forked shim cost several
+milliseconds of CPU per run (a fork of an interpreter, its copy-on-write
+faults, its own exit); the keeper about a quarter of that (a vfork spawn,
+one wait, one record); docs/architecture.md has the figures.
 
 It outlives the supervisor: started detached (its own session) by the first
 `Launcher.start()`, it keeps parenting runs, enforcing their timeouts and
