@@ -896,3 +896,34 @@ def test_malformed_requests_get_an_error_reply_and_never_kill_the_keeper(
         launcher.spawn(spec)
         assert wait_exit(spec).outcome == "exited"
         assert launcher.server_pid == keeper and not gone(keeper)
+
+
+def test_cancel_reaches_a_shim_of_an_earlier_release_and_nothing_else(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """After an upgrade, runs an earlier release started under per-run shims
+    still run; a cancel SIGTERMs such a shim (its way to cancel), and never a
+    process the keeper does not hold that is no shim."""
+    import shutil
+
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    old_shim = tmp_path / "wfsched-shim"  # its comm, as an old shim's
+    shutil.copy(sleep, old_shim)
+    shim = subprocess.Popen([str(old_shim), "30"])
+    other = subprocess.Popen([sleep, "30"])
+    try:
+        for proc in (shim, other):
+            wait_for(lambda p=proc: process_start_time(p.pid), what="it to start")
+        other_handle = ShimHandle(other.pid, process_start_time(other.pid) or 0)
+        assert not launcher.cancel(other_handle)
+        assert other.poll() is None
+        shim_handle = ShimHandle(shim.pid, process_start_time(shim.pid) or 0)
+        assert not launcher.cancel(ShimHandle(shim.pid, shim_handle.start_time + 1))
+        assert shim.poll() is None  # not that very process: untouched
+        assert launcher.cancel(shim_handle)
+        assert shim.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for proc in (shim, other):
+            proc.kill()
+            proc.wait()

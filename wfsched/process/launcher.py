@@ -771,15 +771,19 @@ class Launcher:
 
     def cancel(self, handle: ShimHandle) -> bool:
         """Have the keeper terminate the command's process group (SIGTERM,
-        kill_grace, SIGKILL) and record outcome "cancelled"."""
+        kill_grace, SIGKILL) and record outcome "cancelled".
+
+        A run that an earlier release started under a per-run shim (still
+        running after an upgrade) is no keeper's: its shim gets SIGTERM,
+        which it takes as "cancel" the same way."""
         with self._lock:
             try:
                 data = self._request(
                     {"op": "cancel", "pid": handle.pid, "start_time": handle.start_time}
                 )
             except LauncherError:
-                return False  # no keeper: the run is abandoned, recovery ends what is left
-        return bool(data.get("done"))
+                data = {}  # no keeper: its runs are abandoned, recovery ends what is left
+        return bool(data.get("done")) or _cancel_old_shim(handle)
 
     # The record and signal operations need no keeper; they are methods here
     # so the supervisor reaches all process handling through one object.
@@ -824,6 +828,30 @@ class Launcher:
             self._requests = self._events = None
             self._keeper_pid = None
             self._reap_started()
+
+
+OLD_SHIM_COMM = b"wfsched-shim\n"
+"""/proc/<pid>/comm of a per-run shim of an earlier release."""
+
+
+def _cancel_old_shim(handle: ShimHandle) -> bool:
+    """SIGTERM `handle` if it is an earlier release's shim (same start time,
+    named so); the check and the kill go through one pidfd, so a pid reused
+    between them is never hit."""
+    try:
+        pidfd = os.pidfd_open(handle.pid)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{handle.pid}/comm", "rb") as comm:
+            if comm.read() != OLD_SHIM_COMM or not process_alive(handle):
+                return False
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(pidfd)
 
 
 def socket_path(directory: str) -> str:
