@@ -927,3 +927,32 @@ def test_cancel_reaches_a_shim_of_an_earlier_release_and_nothing_else(
         for proc in (shim, other):
             proc.kill()
             proc.wait()
+
+
+def test_launchers_starting_at_once_share_one_keeper(tmp_path: Path) -> None:
+    """keeper.lock keeps one keeper per directory: launchers that find none
+    at the same moment each start one, one wins, and all attach to it (the
+    others exit in one line, never a traceback)."""
+    import threading
+
+    launchers = [Launcher(tmp_path / "store") for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def start(launcher: Launcher) -> None:
+        try:
+            launcher.start()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(launcher,)) for launcher in launchers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert errors == []
+        keepers = {launcher.server_pid for launcher in launchers}
+        assert len(keepers) == 1 and None not in keepers
+    finally:
+        for launcher in launchers:
+            launcher.stop()

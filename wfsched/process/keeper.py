@@ -232,7 +232,8 @@ class Keeper:
                 return fd
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise RuntimeError(f"{path}: another keeper holds it") from None
+                    # One line (main): the launcher then attaches to that keeper.
+                    raise OSError(errno.EBUSY, "another keeper holds it", path) from None
                 time.sleep(0.01)
 
     # -- the loop ---------------------------------------------------------------
