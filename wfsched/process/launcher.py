@@ -564,13 +564,19 @@ class Launcher:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
             os.close(os.open(os.path.join(self._directory, KEEPER_LOCK), flags, 0o600))
             self._reap_started()
-            problem = "no keeper"
+            problem, failed = "no keeper", False
             for _ in range(_CONNECT_TRIES):
                 try:
                     self._connect()
                     return
                 except (FileNotFoundError, ConnectionRefusedError):
-                    problem = self._start_keeper()  # none listens (or it just exited)
+                    # None listens (or it just exited). After a keeper of ours
+                    # failed to start, only another one that won may answer.
+                    if failed:
+                        break
+                    why = self._start_keeper()
+                    if why:
+                        problem, failed = why, True
                 except LauncherError as exc:  # it went away during the handshake
                     problem = str(exc)
                 except OSError as exc:
