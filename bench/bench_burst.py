@@ -90,16 +90,16 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
         if ahead < 1:
             print("!! the supervisor was not asleep before the instant: raise --lead")
         try:
-            server = (children(sup.pid) or [sup.pid])[0]  # the fork server
+            server = (children(sup.pid) or [sup.pid])[0]  # the run keeper
             cpu0 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
             wait_for(lambda: time.time() > instant, lead + 5, 0.05)
             wait_for(lambda: sum(1 for _ in out.iterdir()) >= n, 60, 0.1)
             db = SQLiteStore(store, create=False)
             wait_for(lambda: db.run_state_counts() == {} and bool(db.list_runs(limit=1)), 60, 0.2)
             db.close()
-            time.sleep(0.5)  # the fork server reaps the last shims
+            time.sleep(0.5)  # the keeper reaps the last jobs
             if server not in children(sup.pid):
-                print("!! the fork server was replaced during the burst; CPU split is partial")
+                print("!! the run keeper was replaced during the burst; CPU split is partial")
             cpu1 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
         finally:
             rc = stop_supervisor(sup)
@@ -153,8 +153,9 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
         per_run = [(after - before) / n * 1e3 for before, after in zip(cpu0, cpu1, strict=True)]
         total = sum(per_run)
         print(
-            f"  CPU per run (ms): supervisor {per_run[0]:.2f}, fork server {per_run[1]:.2f},"
-            f" shims + jobs {per_run[2]:.2f}; total {total:.2f} ms -> {n} runs need"
+            f"  CPU per run (ms): supervisor {per_run[0]:.2f}, run keeper {per_run[1]:.2f},"
+            f" jobs {per_run[2]:.2f}; wfsched (supervisor + keeper)"
+            f" {per_run[0] + per_run[1]:.2f}; total {total:.2f} ms -> {n} runs need"
             f" >= {total * n / 1e3 / (os.cpu_count() or 1):.2f}s on {os.cpu_count()} idle CPUs"
         )
         report_log_problems(sup)

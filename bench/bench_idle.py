@@ -13,8 +13,8 @@ The schedules are `M * * * *` with M the minute 30 minutes from now (or
 
 `wfsched supervise` (default poll interval 1 s) is started, given --warmup
 seconds for its startup tick, then measured for --seconds: CPU from
-/proc/<pid>/stat utime+stime deltas (the supervisor process alone; its fork
-server reported beside it), RSS from VmRSS in /proc/<pid>/status, sampled
+/proc/<pid>/stat utime+stime deltas (the supervisor process alone; its run
+keeper reported beside it), RSS from VmRSS in /proc/<pid>/status, sampled
 every second. Stopped with SIGTERM.
 
 With --metrics the supervisor serves /metrics (`--metrics 127.0.0.1:0`), so
@@ -198,7 +198,7 @@ def main() -> int:
         )
         if server:
             print(
-                f"fork server pid {server[0]}: CPU {(srv1 - srv0) / span * 100:.3f}% ;"
+                f"run keeper pid {server[0]}: CPU {(srv1 - srv0) / span * 100:.3f}% ;"
                 f" RSS max {max(srv_rss) / 1024:.1f} MB"
             )
         print(

@@ -4,6 +4,7 @@
     python bench/bench_latency.py --samples 60 --spacing 3
     python bench/bench_latency.py --cron-minutes 2   # plus a `* * * * *` schedule
     python bench/bench_latency.py --scrape-every 0.1 # with --metrics, scraped every 100 ms
+    python bench/bench_latency.py --wake-early 0     # without the pre-wake spin (A/B)
 
 Each sample is a one-shot schedule (`[trigger] at = "<RFC 3339 Z>"`) whose
 command is `date +%s.%N > "$BENCH_OUT/$WFSCHED_RUN_ID"`: the job's own clock
@@ -15,7 +16,11 @@ and sleeps (poll interval 1 s, its default, unless --poll-interval).
 The schedules are created with `wfsched apply`, the supervisor is
 `wfsched supervise` (default settings), stopped with SIGTERM at the end.
 The breakdown per sample comes from the store (run admitted_at, attempt
-started_at) and the shim's exit record (when the shim began the command).
+started_at) and the exit record (when the run keeper began the launch).
+CPU per sample is the supervisor's and the run keeper's own CPU time over the
+whole run divided by the samples (idle ticks between them included; the jobs
+excluded): compare `--wake-early 0` with the default to price the pre-wake
+spin per due instant.
 
 With --scrape-every S the supervisor runs with `--metrics 127.0.0.1:0` and a
 thread scrapes /metrics every S seconds for the whole run: compare the
@@ -37,7 +42,9 @@ from common import (
     STAMP_COMMAND,
     Scraper,
     Verdicts,
+    children,
     cli,
+    cpu_seconds,
     cron_definition,
     metrics_url,
     one_shot_definition,
@@ -72,6 +79,12 @@ def main() -> int:
         type=float,
         metavar="S",
         help="serve --metrics and scrape /metrics every S seconds [off]",
+    )
+    parser.add_argument(
+        "--wake-early",
+        type=float,
+        metavar="S",
+        help="replace the supervisor's pre-wake spin (0.02 s) with S seconds [default]",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument(
@@ -109,8 +122,14 @@ def main() -> int:
 
         extra = ["--metrics", "127.0.0.1:0"] if args.scrape_every else []
         sup = start_supervisor(
-            store, root / "supervisor.log", poll_interval=args.poll_interval, extra=extra
+            store,
+            root / "supervisor.log",
+            poll_interval=args.poll_interval,
+            extra=extra,
+            wake_early=args.wake_early,
         )
+        keeper = (children(sup.pid) or [sup.pid])[0]
+        cpu0 = (cpu_seconds(sup.pid), cpu_seconds(keeper))
         if args.scrape_every:
             scraper = Scraper(metrics_url(sup), args.scrape_every)
             scraper.start()
@@ -122,6 +141,13 @@ def main() -> int:
             while time.time() < end + 1:
                 time.sleep(0.25)
             wait_for(lambda: len(list(out.iterdir())) >= expected, 10)
+            cpu1 = (cpu_seconds(sup.pid), cpu_seconds(keeper))
+            per = [(b - a) / max(1, expected) * 1e3 for a, b in zip(cpu0, cpu1, strict=True)]
+            print(
+                f"CPU per sample (ms, idle ticks included): supervisor {per[0]:.2f},"
+                f" run keeper {per[1]:.2f}; wake_early"
+                f" {'0.02 (default)' if args.wake_early is None else args.wake_early}"
+            )
         finally:
             if scraper is not None:
                 scraper.stop()
@@ -160,7 +186,7 @@ def main() -> int:
             shim = [rec.started_at - run.scheduled_at for run, _, _, rec in group if rec]
             print(f"  breakdown (from the instant): admitted  {summary_ms(admit)}")
             print(f"                                attempt mark {summary_ms(mark)}")
-            print(f"                                shim begins  {summary_ms(shim)}")
+            print(f"                                launch begins {summary_ms(shim)}")
             print("  per sample (ms): " + " ".join(f"{v * 1000:.0f}" for v in lat))
             if missing:
                 problems.append(

@@ -1,4 +1,4 @@
-"""Launch latency: the warm fork server against a fresh interpreter per run.
+"""Launch latency: the run keeper against a fresh interpreter per run.
 
 Each job is `date +%s.%N` with stdout going to the attempt's stdout.log, so
 the log holds the wall-clock instant the command was running; latency is that
@@ -11,8 +11,9 @@ instruction", including the exec of `date` itself).
 
 By default this process first imports what `wfsched supervise` imports (the
 CLI, the supervisor, the store), so it is as big as a real supervisor (about
-27 MB resident) when it starts the launcher: how big the launcher's parent is
-matters to a launcher that forks its server from it.
+27 MB resident) when it starts the launcher (the keeper is a fresh
+interpreter, so its size does not depend on it; the figure is kept comparable
+with earlier runs).
 
 Paced runs wait for each job to finish before the next, so they measure one
 launch on an idle host. A burst spawns back to back without waiting (the
@@ -20,10 +21,10 @@ issue's "1,000 launches must all start, the last < 5 s").
 
 Besides latency, the warm runs and the burst report CPU per launch, split as
 the kernel accounts it: the caller (this process, inside spawn() only), the
-fork server (its own utime + stime), and shims + jobs (what the server reaped:
-its cutime + cstime), with minor page faults of the server and per shim. The
+run keeper (its own utime + stime), and jobs (what the keeper reaped: its
+cutime + cstime), with minor page faults of the keeper and per job. The
 "job alone" line is the same `date` started directly by posix_spawn, so
-"shims + jobs" minus it is the shim's own cost. CPU figures are far less
+"jobs" minus it is what spawning from the keeper adds to the job itself. CPU figures are far less
 sensitive to other load on the host than latencies; the load average is
 printed with them.
 """
@@ -76,7 +77,7 @@ def _rss_kib(pid: int) -> int:
 
 
 class CpuSplit:
-    """CPU per launch: caller (inside spawn()), fork server, shims + jobs."""
+    """CPU per launch: caller (inside spawn()), run keeper, jobs."""
 
     def __init__(self, launcher: Launcher) -> None:
         assert launcher.server_pid is not None
@@ -93,7 +94,7 @@ class CpuSplit:
         self.caller += time.process_time() - t0
 
     def finish(self, timeout: float = 60.0) -> str:
-        """Wait until the server reaped every shim (so their CPU is accounted)."""
+        """Wait until the keeper reaped every job (so their CPU is accounted)."""
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as selector:
             selector.register(self.launcher.fileno(), selectors.EVENT_READ)
@@ -106,10 +107,10 @@ class CpuSplit:
         shims = (after["ccpu"] - self.before["ccpu"]) / n * 1e3
         caller = self.caller / n * 1e3
         return (
-            f"CPU per launch (ms): caller {caller:.2f}, fork server {server:.2f},"
-            f" shims + jobs {shims:.2f}; total {caller + server + shims:.2f}."
-            f" Minor faults per launch: server {(after['minflt'] - self.before['minflt']) / n:.0f},"
-            f" shim + job {(after['cminflt'] - self.before['cminflt']) / n:.0f}"
+            f"CPU per launch (ms): caller {caller:.2f}, run keeper {server:.2f},"
+            f" jobs {shims:.2f}; total {caller + server + shims:.2f}."
+            f" Minor faults per launch: keeper {(after['minflt'] - self.before['minflt']) / n:.0f},"
+            f" job {(after['cminflt'] - self.before['cminflt']) / n:.0f}"
         )
 
 
@@ -196,9 +197,9 @@ def bench_warm(root: Path, count: int, stdin: str) -> tuple[list[float], list[fl
         assert launcher.server_pid is not None
         setup = (
             f"Launcher.start() {started * 1e3:.1f} ms;"
-            f" fork server RSS {_rss_kib(launcher.server_pid) / 1024:.1f} MiB"
+            f" run keeper RSS {_rss_kib(launcher.server_pid) / 1024:.1f} MiB"
         )
-        # One unmeasured launch: the server's first fork pays one-off costs.
+        # One unmeasured launch: the keeper's first spawn pays one-off costs.
         first = _spec(root, "warm-first", stdin)
         launcher.spawn(first)
         _wait_exit(first.attempt_dir, time.monotonic() + 10)

@@ -166,10 +166,23 @@ def start_supervisor(
     poll_interval: float | None = None,
     extra: Sequence[str] = (),
     ready_timeout: float = 30.0,
+    wake_early: float | None = None,
 ) -> SupervisorProcess:
     """`wfsched --store STORE supervise ...`, stderr to log_path; returns once
-    the `started` event is logged (lock taken, recovery done)."""
-    argv = [*wfsched_argv(), "--store", str(store), "supervise", "--log-format", "json"]
+    the `started` event is logged (lock taken, recovery done).
+
+    `wake_early` (seconds) replaces the supervisor's pre-wake spin
+    (`wfsched.daemon.wakeup.WAKE_EARLY`) for an A/B of it: the supervisor is
+    then started through `python -c` with the Waiter's default patched."""
+    prefix = wfsched_argv()
+    if wake_early is not None:
+        patch = (
+            "import sys, time, wfsched.daemon.wakeup as w;"
+            " w.Waiter.__init__.__defaults__ = (float(sys.argv.pop(1)), time.monotonic);"
+            " from wfsched.entry import main; sys.argv[0] = 'wfsched'; main()"
+        )
+        prefix = [sys.executable, "-c", patch, repr(wake_early)]
+    argv = [*prefix, "--store", str(store), "supervise", "--log-format", "json"]
     if max_concurrent_runs is not None:
         argv += ["--max-concurrent-runs", str(max_concurrent_runs)]
     if poll_interval is not None:

@@ -310,7 +310,9 @@ def test_env_of_the_job(store: Path, tmp_path: Path) -> None:
     assert os.path.exists(env["WFSCHED_INPUT"])
 
 
-def test_a_dead_fork_server_is_replaced_and_runs_go_on(store: Path, tmp_path: Path) -> None:
+def test_a_dead_keeper_is_replaced_its_runs_abandoned_and_new_runs_go_on(
+    store: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "ran"
     define(
         store,
@@ -334,13 +336,16 @@ def test_a_dead_fork_server_is_replaced_and_runs_go_on(store: Path, tmp_path: Pa
             for pid in os.listdir("/proc")
             if pid.isdigit() and _parent(int(pid)) == daemon.proc.pid
         ]
-        assert servers, "the fork server is the supervisor's child"
+        assert servers, "the run keeper is the supervisor's child"
         for pid in servers:
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: "launcher-lost" in daemon.text(), what="the loss to be noticed")
         assert wfsched(store, "trigger", "job").returncode == 0
-        wait_for(lambda: out.exists(), what="a launch through the new server")
-        wait_for(lambda: run_state(store, "run-000001") == "completed", what="sleeper end")
+        wait_for(lambda: out.exists(), what="a launch through the new keeper")
+        # The sleeper lost its parent: failed as abandoned, never re-run.
+        wait_for(lambda: run_state(store, "run-000001") == "failed", what="sleeper end")
+        sleeper = wfsched_json(store, "runs", "show", "run-000001")
+        assert "external effects may already have happened" in sleeper["reason"]
     finally:
         assert daemon.stop() == 0
 

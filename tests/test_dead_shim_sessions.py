@@ -23,7 +23,7 @@ class ProcControl(FakeControl):
     """The fake launcher, with liveness and session signals from the real /proc."""
 
     def alive(self, handle: ShimHandle) -> bool:
-        return launcher.shim_alive(handle)
+        return launcher.process_alive(handle)
 
     def signal_session(self, handle: ShimHandle, signum: int) -> bool:
         self.session_signals.append((handle.pid, signum))

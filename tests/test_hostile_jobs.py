@@ -171,7 +171,7 @@ def test_a_stop_while_the_supervisor_starts_is_a_clean_exit(store: Path, moment:
         # the CLI is still being imported.
         wait_for(lambda: catches_sigterm(daemon.proc.pid), timeout=30, what="a handler")
     else:
-        # The fork server is being started: the supervisor is at its first work.
+        # The run keeper is being started: the supervisor is at its first work.
         wait_for(lambda: children(daemon.proc.pid), timeout=30, what="the launcher to be forked")
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.text()

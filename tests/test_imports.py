@@ -7,8 +7,8 @@
   imports croniter: it is a whole process per command, and croniter (with
   dateutil behind it) is most of a cold start.
 - `config` and `status` import without the supervisor.
-- The fork server imports only the launcher and errors: that rule's test is
-  `tests/test_launcher.py::test_the_server_imports_nothing_heavy`.
+- The run keeper imports only the process modules and errors: that rule's test is
+  `tests/test_launcher.py::test_the_keeper_imports_nothing_heavy`.
 """
 
 from __future__ import annotations

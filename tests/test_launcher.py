@@ -1,4 +1,4 @@
-"""The fork server and the shim, with real processes (Linux only).
+"""The run keeper and its client, with real processes (Linux only).
 
 Jobs that must stay alive while the test looks at them wait for a `go` file
 the test creates, rather than sleeping for a guessed time; every wait polls
@@ -27,19 +27,18 @@ import pytest
 
 from wfsched.process.launcher import (
     AlreadyLaunched,
+    CommandNotStarted,
     ExitRecord,
     Launcher,
     LauncherError,
     LaunchSpec,
     RecordError,
     ShimHandle,
-    cancel_shim,
     exit_outcome,
     launch_locked,
     process_start_time,
     read_exit_record,
     read_shim_record,
-    shim_alive,
 )
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
@@ -226,30 +225,30 @@ def test_cancel_terminates_the_group(launcher: Launcher, tmp_path: Path) -> None
     handle = launcher.spawn(spec)
     wait_for(lambda: (tmp_path / "child").exists(), what="the job to start")
 
-    assert cancel_shim(handle)
+    assert launcher.cancel(handle)
     record = wait_exit(spec)
     assert record.outcome == "cancelled"
     assert record.reason == "cancelled; process group terminated"
     assert gone(int((tmp_path / "child").read_text()))
     assert live_group_members(int((tmp_path / "pgid").read_text())) == []
-    wait_for(lambda: not shim_alive(handle), what="the shim to exit")
-    assert not cancel_shim(handle)
+    wait_for(lambda: not launcher.alive(handle), what="the run to end")
+    assert not launcher.cancel(handle)
 
 
-def test_the_longest_timeout_and_grace_are_watched_not_a_shim_crash(
+def test_the_longest_timeout_and_grace_are_watched_not_a_keeper_crash(
     launcher: Launcher, tmp_path: Path
 ) -> None:
     """poll() takes a C int of milliseconds (about 24.8 days); definitions allow
-    3650d. A shim that died of the overflow would leave its job unwatched."""
+    3650d. A keeper that died of the overflow would leave its jobs unwatched."""
     longest = 3650 * 86400
     job = f"trap 'exit 7' TERM; echo started > started; {WAIT_FOR_GO}"
     finishing = make_spec(tmp_path, ("sh", "-c", job), timeout=longest, kill_grace=longest)
     handle = launcher.spawn(finishing)
     wait_for(lambda: (tmp_path / "started").exists(), what="the job to start")
     (tmp_path / "go").touch()
-    # Only a live shim writes "exited" with the job's status.
+    # Only a live keeper writes "exited" with the job's status.
     assert wait_exit(finishing).outcome == "exited"
-    wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+    wait_for(lambda: not launcher.alive(handle), what="the run to end")
 
     (tmp_path / "go").unlink()
     (tmp_path / "started").unlink()
@@ -258,7 +257,7 @@ def test_the_longest_timeout_and_grace_are_watched_not_a_shim_crash(
     )
     handle = launcher.spawn(cancelled)
     wait_for(lambda: (tmp_path / "started").exists(), what="the job to start")
-    assert cancel_shim(handle)
+    assert launcher.cancel(handle)
     record = wait_exit(cancelled)
     assert (record.outcome, record.reason) == ("cancelled", "cancelled; process group terminated")
 
@@ -275,13 +274,24 @@ def test_normal_exit_leaves_background_children_alone(launcher: Launcher, tmp_pa
     wait_for(lambda: gone(child), what="the background child to finish")
 
 
-# -- spawn failures never crash the shim --------------------------------------------
+# -- spawn failures never crash the keeper -------------------------------------------
+
+
+def not_started(launcher: Launcher, spec: LaunchSpec) -> ExitRecord:
+    """The reply names the failure, and the exit record (on disk before the
+    reply) says it too; the lock is free again and the keeper still serves."""
+    with pytest.raises(CommandNotStarted) as raised:
+        launcher.spawn(spec)
+    record = read_exit_record(spec.record_dir)
+    assert record is not None and str(raised.value) == record.reason
+    assert not launch_locked(spec.record_dir)
+    assert launcher.list_live() == []
+    return record
 
 
 def test_missing_executable(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(tmp_path, ("wfsched-no-such-command", "--flag"))
-    launcher.spawn(spec)
-    record = wait_exit(spec)
+    record = not_started(launcher, spec)
     assert (record.outcome, record.exit_code, record.signal) == ("spawn-failed", None, None)
     assert record.reason == "cannot execute 'wfsched-no-such-command': No such file or directory"
 
@@ -289,8 +299,7 @@ def test_missing_executable(launcher: Launcher, tmp_path: Path) -> None:
 def test_bad_cwd(launcher: Launcher, tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-dir")
     spec = make_spec(tmp_path, ("true",), cwd=missing)
-    launcher.spawn(spec)
-    record = wait_exit(spec)
+    record = not_started(launcher, spec)
     assert record.outcome == "spawn-failed"
     assert record.reason == f"cannot change to directory {missing!r}: No such file or directory"
 
@@ -299,8 +308,7 @@ def test_not_executable(launcher: Launcher, tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\necho hi\n")
     spec = make_spec(tmp_path, (str(script),))
-    launcher.spawn(spec)
-    record = wait_exit(spec)
+    record = not_started(launcher, spec)
     assert record.outcome == "spawn-failed"
     assert record.reason == f"cannot execute {str(script)!r}: Permission denied"
 
@@ -308,8 +316,7 @@ def test_not_executable(launcher: Launcher, tmp_path: Path) -> None:
 def test_missing_input_file(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(tmp_path, ("cat",))
     os.unlink(spec.stdin_path)
-    launcher.spawn(spec)
-    record = wait_exit(spec)
+    record = not_started(launcher, spec)
     assert record.outcome == "spawn-failed"
     assert record.reason is not None
     assert spec.stdin_path in record.reason
@@ -346,10 +353,10 @@ def test_stdin_is_the_input_file_and_cwd_is_applied(launcher: Launcher, tmp_path
 def test_command_gets_default_signals_and_only_three_fds(
     launcher: Launcher, tmp_path: Path
 ) -> None:
-    # The server ignores SIGINT/SIGHUP/SIGTERM and blocks SIGTERM, Python
-    # ignores SIGPIPE/SIGXFSZ; none of that may leak into a job (the command
-    # reads its own status: a shell's would be racy while it forks), nor any
-    # fd of the server or the shim.
+    # The keeper catches SIGINT/SIGHUP/SIGTERM (and its launcher starts it
+    # with them blocked), Python ignores SIGPIPE/SIGXFSZ; none of that may
+    # leak into a job (the command reads its own status: a shell's would be
+    # racy while it forks), nor any fd of the keeper (locks, sockets).
     signals = make_spec(tmp_path, ("grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"))
     launcher.spawn(signals)
     fds = make_spec(tmp_path, ("sh", "-c", "ls /proc/$$/fd"), attempt=2)
@@ -368,24 +375,27 @@ def test_command_gets_default_signals_and_only_three_fds(
 # -- records -------------------------------------------------------------------------
 
 
-def test_shim_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None:
+def test_started_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(tmp_path, ("sh", "-c", WAIT_FOR_GO))
     handle = launcher.spawn(spec)
     assert handle.start_time == process_start_time(handle.pid)
-    assert wait_for(lambda: read_shim_record(spec.record_dir), what="shim.json") == handle
-    assert shim_alive(handle)
+    assert read_shim_record(spec.record_dir) == handle  # written before the reply
+    assert launcher.alive(handle)
     assert launch_locked(spec.record_dir)
-    # Same pid, another start time: a reused pid is not our shim.
+    [live] = launcher.list_live()
+    assert (live["pid"], live["start_time"], live["attempt"]) == (handle.pid, handle.start_time, 1)
+    # Same pid, another start time: a reused pid is not our run.
     impostor = ShimHandle(handle.pid, handle.start_time + 1)
-    assert not shim_alive(impostor)
-    assert not cancel_shim(impostor)
+    assert not launcher.alive(impostor)
+    assert not launcher.cancel(impostor)
 
     (tmp_path / "go").touch()
     assert wait_exit(spec).outcome == "exited"
-    wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+    wait_for(lambda: not launcher.alive(handle), what="the run to end")
     assert not launch_locked(spec.record_dir)
+    assert launcher.list_live() == []
     assert process_start_time(2**22 + 1) is None
-    assert not shim_alive(ShimHandle(2**22 + 1, 1))
+    assert not launcher.alive(ShimHandle(2**22 + 1, 1))
 
 
 def test_exit_record_reader(tmp_path: Path) -> None:
@@ -443,17 +453,18 @@ def test_server_reports_reaped_shims(launcher: Launcher, tmp_path: Path) -> None
     assert launcher.drain_exits() == []  # non-blocking when nothing is new
 
 
-def test_warm_forks_a_throwaway_child_that_is_never_reported(
+def test_warm_and_the_fork_probe_leave_nothing_behind_and_are_never_reported(
     launcher: Launcher, tmp_path: Path
 ) -> None:
     server = launcher.server_pid
     assert server is not None
     for _ in range(3):
         launcher.warm()
+        launcher.probe_fork()
     children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
-    assert children == [], "the warm-up child was reaped by the server itself"
+    assert children == [], "the probe's child was reaped by the keeper itself"
     handle = launcher.spawn(make_spec(tmp_path, ("true",)))
-    # The exit pipe is ordered: a reported warm-up child would come first.
+    # Events are ordered: a reported probe child would come first.
     reported: list[int] = []
 
     def shim_reported() -> bool:
@@ -481,13 +492,15 @@ def test_spawn_errors_and_stop(tmp_path: Path) -> None:
 
     launcher.stop()
     launcher.stop()  # idempotent
-    assert gone(server)
-    assert shim_alive(handle)  # stop() never touches running shims
+    assert not gone(server)  # stop() only disconnects: the keeper keeps its run
+    assert not gone(handle.pid)
     with pytest.raises(LauncherError):
         launcher.spawn(spec)
     (tmp_path / "go").touch()
     assert wait_exit(spec).outcome == "exited"
     assert log(spec, "stdout.log") == "done\n"
+    # With neither a run nor a client, the keeper exits by itself.
+    wait_for(lambda: gone(server), what="the idle keeper to exit")
 
 
 def test_server_death_is_reported(tmp_path: Path) -> None:
@@ -503,14 +516,14 @@ def test_server_death_is_reported(tmp_path: Path) -> None:
             launcher.spawn(make_spec(tmp_path, ("true",)))
 
 
-def test_server_is_a_fresh_interpreter_holding_only_its_pipes(tmp_path: Path) -> None:
+def test_keeper_is_a_fresh_interpreter_holding_only_its_own(tmp_path: Path) -> None:
     # An inheritable descriptor of ours (a lock or database file, say) must
-    # not reach the server, which is this interpreter started afresh, isolated
-    # and without site, as our child.
+    # not reach the keeper, which is this interpreter started afresh, isolated
+    # and without site, in a session of its own.
     leak = os.open(tmp_path / "held.db", os.O_RDWR | os.O_CREAT)
     os.set_inheritable(leak, True)
     try:
-        with Launcher() as launcher:
+        with Launcher(tmp_path / "store") as launcher:
             server = launcher.server_pid
             assert server is not None
             argv = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
@@ -518,16 +531,20 @@ def test_server_is_a_fresh_interpreter_holding_only_its_pipes(tmp_path: Path) ->
             assert b"-I" in argv and b"-S" in argv
             fields = stat_fields(server)
             assert fields is not None and int(fields[1]) == os.getpid()
-            assert Path(f"/proc/{server}/comm").read_text() == "wfsched-launch\n"
+            assert int(fields[3]) == server  # its own session
+            assert Path(f"/proc/{server}/comm").read_text() == "wfsched-keeper\n"
             fds = {
                 int(fd): os.readlink(f"/proc/{server}/fd/{fd}")
                 for fd in os.listdir(f"/proc/{server}/fd")
             }
-            # stdin and stdout (/dev/null), our stderr, three pipes to us and
-            # its signal wakeup pipe: nothing else.
-            assert len(fds) == 8, fds
+            # stdin and stdout (/dev/null), our stderr, its signal wakeup
+            # pipe, keeper.lock, its directory, the listening socket and our
+            # two connections: nothing else.
+            assert len(fds) == 10, fds
             assert fds[0] == fds[1] == "/dev/null"
-            assert all(path.startswith("pipe:") for fd, path in fds.items() if fd > 2), fds
+            assert str(tmp_path / "held.db") not in fds.values()
+            kinds = sorted(path.split(":")[0] for fd, path in fds.items() if fd > 2)
+            assert kinds.count("pipe") == 2 and kinds.count("socket") == 3, fds
             spec = make_spec(tmp_path, ("true",))
             launcher.spawn(spec)
             assert wait_exit(spec).outcome == "exited"
@@ -535,13 +552,14 @@ def test_server_is_a_fresh_interpreter_holding_only_its_pipes(tmp_path: Path) ->
         os.close(leak)
 
 
-def test_the_server_imports_nothing_heavy() -> None:
-    # The server runs this module alone (see _server_argv); what it imports
-    # every shim carries. No store, CLI or third-party module belongs there.
+def test_the_keeper_imports_nothing_heavy() -> None:
+    # The keeper runs its module and the launcher's alone (see _keeper_argv),
+    # for as long as runs last. No store, CLI or third-party module belongs there.
     package_parent = str(Path(__file__).resolve().parents[1])
     module = Launcher.__module__
+    keeper = "wfsched.process.keeper"
     probe = (
-        f"import sys; sys.path.append(sys.argv[1]); import {module};"
+        f"import sys; sys.path.append(sys.argv[1]); import {keeper};"
         " print(' '.join(sorted(sys.modules)))"
     )
     out = subprocess.run(
@@ -553,14 +571,15 @@ def test_the_server_imports_nothing_heavy() -> None:
     # The launcher, the packages above it (whose __init__ must stay empty)
     # and the errors module: nothing else of wfsched.
     packages = {module.rsplit(".", depth)[0] for depth in range(1, module.count(".") + 1)}
-    assert {m for m in out if m.startswith("wfsched")} == {module, "wfsched.errors", *packages}
+    expected = {module, keeper, "wfsched.errors", *packages}
+    assert {m for m in out if m.startswith("wfsched")} == expected
     heavy = {"sqlite3", "click", "rich", "croniter", "filelock", "tomllib", "zoneinfo", "site"}
     assert heavy.isdisjoint(out)
 
 
-def test_server_outlives_terminal_and_stop_signals(launcher: Launcher, tmp_path: Path) -> None:
-    # Ctrl-C or systemd's SIGTERM reach the whole group; the server keeps
-    # serving (and reporting exits) until its request pipe closes.
+def test_keeper_outlives_terminal_and_stop_signals(launcher: Launcher, tmp_path: Path) -> None:
+    # Ctrl-C or systemd's SIGTERM may reach it; the keeper keeps serving
+    # (and recording exits).
     server = launcher.server_pid
     assert server is not None
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
@@ -571,37 +590,63 @@ def test_server_outlives_terminal_and_stop_signals(launcher: Launcher, tmp_path:
     assert not gone(server)
 
 
-def test_restart_after_stop(tmp_path: Path) -> None:
-    # The supervisor replaces a dead server with stop() then start().
-    launcher = Launcher()
+def test_restart_after_stop_re_attaches_and_shutdown_lets_the_keeper_go(
+    tmp_path: Path,
+) -> None:
+    # The supervisor replaces a lost connection with stop() then start(), and
+    # a restarted supervisor starts with start(): the same keeper while it
+    # lives. shutdown() lets it go: it takes no new client or launch,
+    # finishes its run and exits, and a start() meanwhile gets a new keeper.
+    launcher = Launcher(tmp_path / "store")
     launcher.start()
     first = launcher.server_pid
+    held = make_spec(tmp_path, ("sh", "-c", WAIT_FOR_GO))
+    handle = launcher.spawn(held)
     launcher.stop()
     launcher.start()
+    assert launcher.server_pid == first and launcher.alive(handle)
+    launcher.shutdown()
+    launcher.start()
     try:
-        assert launcher.server_pid not in (None, first)
-        spec = make_spec(tmp_path, ("true",))
+        assert first is not None and launcher.server_pid not in (None, first)
+        assert not gone(first) and launch_locked(held.record_dir)
+        assert not launcher.alive(handle)  # not the new keeper's: its lock says it lives
+        spec = make_spec(tmp_path, ("true",), attempt=2)
         launcher.spawn(spec)
         assert wait_exit(spec).outcome == "exited"
+        (tmp_path / "go").touch()
+        assert wait_exit(held).outcome == "exited"
+        wait_for(lambda: gone(first), what="the old keeper to exit")
     finally:
         launcher.stop()
-    assert first is not None and gone(first)
+
+
+def test_signal_reaches_the_run_s_group_through_the_keeper(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    spec = make_spec(tmp_path, ("sh", "-c", f"trap 'exit 9' USR1; echo $$ > pgid; {WAIT_FOR_GO}"))
+    handle = launcher.spawn(spec)
+    wait_for(lambda: (tmp_path / "pgid").exists(), what="the job to start")
+    assert launcher.signal(handle, signal.SIGUSR1)
+    record = wait_exit(spec)
+    assert (record.outcome, record.exit_code) == ("exited", 9)
+    assert not launcher.signal(handle, signal.SIGUSR1)  # ended: nothing to signal
 
 
 def test_a_server_that_cannot_start_is_a_launcher_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    launcher = Launcher(tmp_path / "store")
     fds_before = sorted(os.listdir("/proc/self/fd"))
-    launcher = Launcher()
     monkeypatch.setattr(
-        "wfsched.process.launcher._server_argv",
-        lambda *fds: [sys.executable, "-c", "import sys; sys.exit(3)"],
+        "wfsched.process.launcher._keeper_argv",
+        lambda *args: [sys.executable, "-c", "import sys; sys.exit(3)"],
     )
     with pytest.raises(LauncherError, match="did not start: it exited with status 3"):
         launcher.start()
-    monkeypatch.undo()  # the real _server_argv, but no interpreter to run it
+    monkeypatch.undo()  # the real _keeper_argv, but no interpreter to run it
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
-    with pytest.raises(LauncherError, match="cannot start the fork server"):
+    with pytest.raises(LauncherError, match="cannot start the run keeper"):
         launcher.start()
     assert launcher.server_pid is None
     assert sorted(os.listdir("/proc/self/fd")) == fds_before
@@ -654,7 +699,7 @@ DRIVER = textwrap.dedent(
     lock = FileLock(os.path.join(work, "supervisor.lock"), timeout=0)
     if order == "lock-first":
         lock.acquire()
-    launcher = Launcher()
+    launcher = Launcher(os.path.join(work, "store"))
     launcher.start()
     if order == "launcher-first":
         lock.acquire()
@@ -677,7 +722,9 @@ DRIVER = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("order", ["launcher-first", "lock-first"])
-def test_shim_outlives_a_killed_owner_and_the_lock_dies_with_it(tmp_path: Path, order: str) -> None:
+def test_keeper_and_run_outlive_a_killed_owner_and_the_lock_dies_with_it(
+    tmp_path: Path, order: str
+) -> None:
     driver_py = tmp_path / "driver.py"
     driver_py.write_text(DRIVER)
     lock_path = tmp_path / "supervisor.lock"
@@ -697,36 +744,39 @@ def test_shim_outlives_a_killed_owner_and_the_lock_dies_with_it(tmp_path: Path, 
         ready = json.loads((tmp_path / "ready.json").read_text())
         handle = ShimHandle(ready["pid"], ready["start_time"])
         server = ready["server"]
-        # Neither the server nor the shim holds the lock file, even when the
-        # lock was taken before the server was started.
+        # Neither the keeper nor the command holds the lock file, even when
+        # the lock was taken before the keeper was started.
         for pid in (server, handle.pid):
             assert str(lock_path) not in open_paths(pid)
     finally:
         driver.kill()
         driver.wait(timeout=10)
 
-    assert shim_alive(handle)
+    assert not gone(handle.pid)
     fd = os.open(lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if anyone still holds it
     finally:
         os.close(fd)
-    assert shim_alive(handle)  # the lock was free while the shim lived
-
-    wait_for(lambda: gone(server), what="the orphaned fork server to exit")
-    (tmp_path / "go").touch()
-    record = wait_for(
-        lambda: read_exit_record(str(tmp_path / "attempt-1")), what="the job's exit record"
-    )
+    assert not gone(handle.pid)  # the lock was free while the run lived
+    # The keeper outlives its owner: a new one re-attaches to it and adopts the run.
+    with Launcher(tmp_path / "store") as successor:
+        assert successor.server_pid == server
+        assert successor.alive(handle)
+        (tmp_path / "go").touch()
+        record = wait_for(
+            lambda: read_exit_record(str(tmp_path / "attempt-1")), what="the job's exit record"
+        )
+        assert handle.pid in wait_for(successor.drain_exits, what="the exit event")
     assert (record.outcome, record.exit_code) == ("exited", 0)
     assert (tmp_path / "done.txt").read_text() == "done\n"
-    wait_for(lambda: not shim_alive(handle), what="the shim to exit")
+    wait_for(lambda: gone(server), what="the idle keeper to exit")
 
 
 # -- the launch lock ------------------------------------------------------------------
 
 
-def test_the_launch_lock_is_held_by_the_shim_alone_and_the_record_precedes_the_command(
+def test_the_launch_lock_is_held_by_the_keeper_alone_and_the_record_precedes_the_command(
     launcher: Launcher, tmp_path: Path
 ) -> None:
     seen = tmp_path / "seen"
@@ -741,10 +791,9 @@ def test_the_launch_lock_is_held_by_the_shim_alone_and_the_record_precedes_the_c
     command = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text()))
     lock = os.path.join(spec.record_dir, "shim.json")
     assert launch_locked(spec.record_dir)
-    assert lock in open_paths(handle.pid)
+    assert lock in open_paths(launcher.server_pid or 0)
     assert lock not in open_paths(command)  # close-on-exec: the job never holds it
-    assert lock not in open_paths(launcher.server_pid or 0)  # closed after the fork
-    # Never twice: not while the shim runs, not after it ended.
+    # Never twice: not while it runs, not after it ended.
     with pytest.raises(AlreadyLaunched, match="is running"):
         launcher.spawn(spec)
     (tmp_path / "go").touch()
@@ -754,8 +803,10 @@ def test_the_launch_lock_is_held_by_the_shim_alone_and_the_record_precedes_the_c
         launcher.spawn(spec)
 
 
-def test_a_timeout_of_centuries_does_not_kill_the_shim(launcher: Launcher, tmp_path: Path) -> None:
-    # A shim that died of it in its first poll() would never write an exit record.
+def test_a_timeout_of_centuries_does_not_kill_the_keeper(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    # A keeper that died of it in its first poll() would never write an exit record.
     spec = make_spec(tmp_path, ("sh", "-c", f"touch up; {WAIT_FOR_GO}"), timeout=10**12)
     launcher.spawn(spec)
     wait_for(lambda: (tmp_path / "up").exists(), what="the job to start")
@@ -821,3 +872,87 @@ def test_exit_outcome_says_how_the_attempt_ended(
     status: int | None, terminated: str | None, killed: bool, expected: tuple[object, ...]
 ) -> None:
     assert exit_outcome(status, terminated, timeout=90, kill_grace=5, killed=killed) == expected
+
+
+def test_malformed_requests_get_an_error_reply_and_never_kill_the_keeper(
+    tmp_path: Path,
+) -> None:
+    """The keeper parents every run of its host: a bad request must cost the
+    client an error, never the keeper its life (and the runs their parent)."""
+    import socket
+    import struct
+
+    with Launcher(tmp_path / "store") as launcher:
+        keeper = launcher.server_pid
+        assert keeper is not None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+            raw.connect(str(tmp_path / "store" / "keeper.sock"))
+            for body in (b"not json", b"[1, 2]", b'"text"', b"{}", b'{"op": "nope"}'):
+                raw.sendall(struct.pack("!I", len(body)) + body)
+                size = struct.unpack("!I", raw.recv(4))[0]
+                reply = json.loads(raw.recv(size))
+                assert "error" in reply, (body, reply)
+        spec = make_spec(tmp_path, ("true",))
+        launcher.spawn(spec)
+        assert wait_exit(spec).outcome == "exited"
+        assert launcher.server_pid == keeper and not gone(keeper)
+
+
+def test_cancel_reaches_a_shim_of_an_earlier_release_and_nothing_else(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """After an upgrade, runs an earlier release started under per-run shims
+    still run; a cancel SIGTERMs such a shim (its way to cancel), and never a
+    process the keeper does not hold that is no shim."""
+    import shutil
+
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    old_shim = tmp_path / "wfsched-shim"  # its comm, as an old shim's
+    shutil.copy(sleep, old_shim)
+    shim = subprocess.Popen([str(old_shim), "30"])
+    other = subprocess.Popen([sleep, "30"])
+    try:
+        for proc in (shim, other):
+            wait_for(lambda p=proc: process_start_time(p.pid), what="it to start")
+        other_handle = ShimHandle(other.pid, process_start_time(other.pid) or 0)
+        assert not launcher.cancel(other_handle)
+        assert other.poll() is None
+        shim_handle = ShimHandle(shim.pid, process_start_time(shim.pid) or 0)
+        assert not launcher.cancel(ShimHandle(shim.pid, shim_handle.start_time + 1))
+        assert shim.poll() is None  # not that very process: untouched
+        assert launcher.cancel(shim_handle)
+        assert shim.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for proc in (shim, other):
+            proc.kill()
+            proc.wait()
+
+
+def test_launchers_starting_at_once_share_one_keeper(tmp_path: Path) -> None:
+    """keeper.lock keeps one keeper per directory: launchers that find none
+    at the same moment each start one, one wins, and all attach to it (the
+    others exit in one line, never a traceback)."""
+    import threading
+
+    launchers = [Launcher(tmp_path / "store") for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def start(launcher: Launcher) -> None:
+        try:
+            launcher.start()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(launcher,)) for launcher in launchers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert errors == []
+        keepers = {launcher.server_pid for launcher in launchers}
+        assert len(keepers) == 1 and None not in keepers
+    finally:
+        for launcher in launchers:
+            launcher.stop()

@@ -24,7 +24,7 @@ AT_THE_ROOT = {
     "wfsched.__main__": "cli",  # `python -m wfsched`
     "wfsched.entry": "cli",  # the console script
     "wfsched.errors": "base",  # every layer raises these
-    "wfsched.faults": "base",  # crash-test kill points: the daemon's and the fork server's
+    "wfsched.faults": "base",  # crash-test kill points: the daemon's and the run keeper's
 }
 
 

@@ -301,8 +301,8 @@ def test_database_locked_past_the_busy_timeout(tmpfs_store: Path, tmp_path: Path
 
 
 def _launcher_pid(daemon: Daemon) -> int:
-    found = _run("pgrep", "-P", str(daemon.proc.pid), "-x", "wfsched-launch")
-    assert found.returncode == 0, "no fork server under the supervisor"
+    found = _run("pgrep", "-P", str(daemon.proc.pid), "-x", "wfsched-keeper")
+    assert found.returncode == 0, "no run keeper under the supervisor"
     return int(found.stdout.split()[0])
 
 

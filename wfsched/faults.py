@@ -10,7 +10,7 @@ in a subprocess and have it SIGKILL itself right at a persistence boundary
 N-th time only): a stand-in for a store error (a full disk, a locked
 database) that the supervisor must contain, and retry, without dying.
 
-The `launcher-*` points are reached in the fork server (the first one the
+The `keeper-*` points are reached in the run keeper (the first one the
 supervisor starts; its replacements get no fault), in kill mode only.
 """
 
@@ -33,12 +33,14 @@ POINTS = (
     "before-resume-mark",
     "after-resume-mark",
     "before-notify",
-    # In the fork server: around the fork of a shim, and with a reaped shim's
-    # exit not yet reported to the supervisor.
-    "launcher-before-fork",
-    "launcher-after-fork",
-    "launcher-after-reply",
-    "launcher-exit-report",
+    # In the run keeper: around the started record and the spawn of a
+    # command, after the reply, and around an exit record.
+    "keeper-before-started",
+    "keeper-after-started",
+    "keeper-after-spawn",
+    "keeper-after-reply",
+    "keeper-before-exit-record",
+    "keeper-after-exit-record",
 )
 
 

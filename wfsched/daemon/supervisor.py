@@ -46,6 +46,7 @@ from wfsched.errors import LeaseLost, StoreConnectionLost, StoreUnavailable, Wfs
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
+    CommandNotStarted,
     ExitRecord,
     Launcher,
     LauncherError,
@@ -88,7 +89,7 @@ LATE_EXIT = LATE_EXIT_MARK + " that it {outcome} at {at}"
 HOSTS_INTERVAL = 5.0
 """Seconds between the leader's looks for lost hosts."""
 ABANDONED = (
-    "abandoned: the supervisor lost this run (no live shim, no exit record); its command"
+    "abandoned: the supervisor lost this run (no live parent, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64
@@ -111,7 +112,9 @@ logged) after this many ticks, so one broken definition cannot loop."""
 LAUNCHER_BACKOFF_FIRST = 0.1
 LAUNCHER_BACKOFF_MAX = 5.0
 """Seconds between attempts to start a replacement launcher (doubling)."""
-NEVER_STARTED = "not started: its shim died before starting the command; the command never ran"
+NEVER_STARTED = (
+    "not started: its run keeper died before starting the command; the command never ran"
+)
 REQUEST_TRIES = 5
 """A request (trigger, resume, cancel) whose handling keeps failing is
 answered `refused`, with the error in words, after this many tries: retried
@@ -482,7 +485,7 @@ class Supervisor:
 
     def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
         """Sleep until the next tick; before a due instant, warm the disk (a
-        durable liveness stamp) and the fork server (a throwaway fork)."""
+        durable liveness stamp) and the run keeper (a round trip)."""
         if waiter.wait_until_due(timeout, due, self._stopping, self._prewake):
             self.wake_now = True
 
@@ -1184,6 +1187,12 @@ class Supervisor:
             return self._settle_lost_launch(run, watch, spec)
         except AlreadyLaunched:
             return self._settle_lost_launch(run, watch, spec)
+        except CommandNotStarted:
+            # Its exit record (spawn-failed) says why: ingested next tick.
+            watch.spec = None
+            watch.adopted = True
+            self.wake_now = True
+            return None
         except OSError as exc:
             # A fork or descriptor limit opens an episode that holds later
             # launches (first: recording this run may fail in the same fault).
@@ -1267,10 +1276,12 @@ class Supervisor:
         self._pids[handle.pid] = watch.run_seq
 
     def _replace_launcher(self, exc: Exception) -> None:
-        """The fork server died: wait for it to be gone, start a new one (it
-        closes every inherited descriptor, lock and database included) and
-        poll the shims the old one would have reported, as after a restart.
-        A new server that cannot start is retried with backoff (`tick`)."""
+        """The run keeper died (or its connection was lost): reconnect, to
+        the same keeper if it lives, else to a new one (which inherits no
+        descriptor, lock and database included), and poll the runs whose end
+        it would have reported, as after a restart: a dead keeper's runs are
+        then failed as abandoned. A keeper that cannot start is retried with
+        backoff (`tick`)."""
         self.log("launcher-lost", reason=str(exc))
         for watch in self.watches.values():
             watch.adopted = True
@@ -1354,8 +1365,8 @@ class Supervisor:
     # -- exits --------------------------------------------------------------------
 
     def ingest_exits(self) -> None:
-        """Exit records of shims the fork server reaped, plus a look at every
-        adopted shim (not our grandchild, so nobody reports its end). All
+        """Exit records of runs the run keeper reported ended, plus a look at
+        every adopted run (whose end nobody reports to us). All
         endings found in one tick are recorded in one transaction."""
         self._collect_reaped()
         endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
@@ -1384,7 +1395,7 @@ class Supervisor:
             self.block(schedule_id, reason)
 
     def _collect_reaped(self) -> None:
-        """Take the pids the fork server reaped. Needs no store, so it runs
+        """Take the pids the run keeper reported ended. Needs no store, so it runs
         through a fault episode too: the exit records wait on disk, the
         reaped runs in `_reaped`, until their ends can be committed."""
         drained: list[int] = []
@@ -1968,7 +1979,7 @@ def run_supervisor(
         _supervise(
             location,
             config,
-            control or Launcher(fault=launcher_fault),
+            control or Launcher(location.local_dir, fault=launcher_fault),
             clock,
             fault,
             log,

@@ -1,4 +1,5 @@
-"""Process handling: the fork server, per-run shims, preflight checks.
+"""Process handling: the run keeper and its client, records, /proc.
 
-Kept empty: the fork server imports `wfsched.process.launcher` alone.
+Kept empty: the run keeper imports `wfsched.process.keeper` and
+`wfsched.process.launcher` alone.
 """

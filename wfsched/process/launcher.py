@@ -1,42 +1,42 @@
-"""All process handling of wfsched: the warm fork server, the per-run shim and
-the records they leave in each attempt directory. Linux only (/proc, pidfds,
-close_range, PR_SET_CHILD_SUBREAPER; kernel >= 5.3).
+"""All process handling of wfsched on the supervisor's side: the client of
+the run keeper (`wfsched.process.keeper`), the records each attempt leaves,
+and /proc. Linux only (/proc, pidfds, close_range, PR_SET_CHILD_SUBREAPER;
+kernel >= 5.3).
 
 Process tree::
 
-    supervisor ──request pipe──▶ fork server  (a fresh interpreter, started once
-               ◀──reply pipe───      │          by Launcher.start)
-               ◀──exit pipe────      └─ shim  (one per attempt; own session)
-                                          └─ command  (own process group)
+    supervisor ──requests──▶ run keeper  (a fresh interpreter in its own
+               ◀──replies──      │         session; outlives the supervisor,
+               ◀──exits─────      │         re-attached through keeper.sock)
+                                  └─ command  (one per attempt; own session
+                                               and process group)
 
-Why a fork server: starting a fresh interpreter per run costs 70-100 ms; a
-fork of a small, already-warm process costs about 1 ms. Why a fresh
-interpreter for the server rather than a fork of the supervisor: the server
-then holds only this module (about half the supervisor's memory), so each
-fork, each shim's copy-on-write faults and each shim's exit cost less CPU;
-and it inherits nothing but its three pipes (`pass_fds`), never
-`supervisor.lock` or an SQLite handle, whenever it is (re)started. A shim
-that inherited the lock's open file description would keep the store
-"owned" after the supervisor died; each shim also closes every fd it did not
-open itself.
-
-Why a shim: it is the command's parent, so it sees the exit status even while
-the supervisor is down, enforces the timeout, and writes `exit.json`
-atomically; recovery then ingests that record (`read_exit_record`) or
-re-adopts the live shim (`read_shim_record` + `shim_alive`/`launch_locked`).
+Why a keeper: starting a fresh interpreter per run costs 70-100 ms, and a
+forked Python shim per run still cost about 5 ms of CPU; the keeper spawns
+each command itself (vfork), so a run costs one spawn, one wait and one
+record. Why a fresh interpreter rather than a fork of the supervisor: it
+holds only the process modules (a fraction of the supervisor's memory) and
+inherits nothing but a pipe for its ready line, never `supervisor.lock` or
+an SQLite handle. Why it outlives the supervisor: it is the commands'
+parent, so it sees their exit statuses while no supervisor runs, enforces
+their timeouts and writes `exit.json`; the next supervisor re-attaches and
+ingests those records (`read_exit_record`) or re-adopts the live runs
+(`Launcher.alive`/`launch_locked`).
 
 Records live in a record directory per attempt, in a tree private to the
 store that the command is never told about (not its run directory, state
 directory or cwd), so a job cannot forge or destroy them:
 
-- `shim.json`, the launch lock and started record. The server creates and
-  flock()s it before it forks; the shim inherits that lock (its copy is
-  close-on-exec, and the command gets none) and holds it until it exits;
-  the server closes its own copy after the fork. The shim writes its pid and
-  start time into it before the command starts. So after a lost reply from
-  a dead server: lock held = a shim is alive; lock free + exit record = it
-  finished; lock free + started record = it died, its command may have run;
-  lock free and no record = nothing of the attempt ever ran.
+- `shim.json`, the launch lock and started record. The keeper creates and
+  flock()s it before anything else of the launch, writes its own pid and
+  start time into it before the command starts and the command's once it
+  runs (the command gets no copy of the lock: close-on-exec), and holds
+  the lock until the exit record is on disk. So after a lost reply from a
+  dead keeper: lock held = the keeper holds the attempt; lock free + exit
+  record = it finished; lock free + started record = its keeper died, its
+  command may have run; lock free and no record = nothing of the attempt
+  ever ran. The name is kept from the per-run shims of earlier releases,
+  whose records recovery still reads.
 - `exit.json`, how the attempt ended (tmp + fsync + rename).
 
 The command's `stdout.log` and `stderr.log` are in its attempt directory
@@ -48,22 +48,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import gc
 import json
 import os
 import select
 import signal
+import socket
 import stat as stat_module
 import struct
 import subprocess
 import sys
 import threading
 import time
-import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from types import FrameType
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 from wfsched.errors import OperationError
 
@@ -76,57 +74,57 @@ STDERR_LOG = "stderr.log"
 OUTCOMES = frozenset({"exited", "signaled", "timeout", "cancelled", "spawn-failed"})
 
 _to_json = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per call
-_HEADER = struct.Struct("!I")  # length prefix of a request or reply
-_PID = struct.Struct("=i")  # one reaped shim pid on the exit pipe
-_SERVER_STOP_WAIT = 5.0  # seconds stop() waits for the server before SIGKILL
-_SERVER_READY_WAIT = 60.0  # seconds start() waits for a new server (a loaded host is slow)
-# Signals aimed at the supervisor or its terminal that the server must outlive
-# (it keeps reporting exits while the supervisor drains); SIGTERM also stays
-# blocked in it, see _serve.
-_SERVER_IGNORES = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGTERM})
-_KILLED_GROUP_WAIT = 5.0  # seconds a shim waits for a SIGKILLed group to vanish
-_GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
-# poll() takes a C int of milliseconds (about 24.8 days): a longer timeout or
-# kill_grace (definitions allow up to 3650d) is waited out in day-long polls.
-_LONGEST_POLL = 86400.0
-_REHEARSALS = 50  # see _rehearse
-_SHIM_BROKEN = 70  # EX_SOFTWARE: the shim itself failed (see stderr.log)
-_MAX_WAIT = 3600.0  # the shim's longest single poll: far below poll()'s int overflow
+_HEADER = struct.Struct("!I")  # length prefix of a request, reply or event
+KEEPER_PROTOCOL = 1
+KEEPER_SOCKET = "keeper.sock"  # in the store's local directory
+KEEPER_LOCK = "keeper.lock"  # flock held by the keeper for life: one per directory
+_CONNECT_TRIES = 5  # start(): connect, else start a keeper, so many times
+_KEEPER_STOP_WAIT = 5.0  # seconds start() waits for a keeper that failed to start
+_KEEPER_READY_WAIT = 60.0  # seconds start() waits for a new keeper (a loaded host is slow)
+# Signals aimed at the supervisor or its terminal that the keeper must
+# outlive (it keeps parenting runs and recording their exits).
+_KEEPER_OUTLIVES = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGTERM})
+_KILLED_GROUP_WAIT = 5.0  # seconds the keeper waits for a SIGKILLed group to vanish
 # Reading a record that fails with these is a resource fault of the reader
 # (no descriptor left, a failing disk), never a verdict on the record.
 _READ_AGAIN_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EIO, errno.ENOMEM})
 _RECORD_RETRY_FIRST = 0.05  # seconds before a failed exit record is written again
 _RECORD_RETRY_MAX = 5.0  # the backoff's cap: a freed disk is seen within seconds
 # The errors that a full, read-only or failing disk (or a descriptor limit)
-# gives: the shim keeps its exit code and tries again until they pass.
+# gives: the keeper keeps the exit code and tries again until they pass.
 _RECORD_RETRY_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EMFILE, errno.ENFILE}
 )
 _LOG_CHECK_FIRST = 0.1  # seconds between log size checks while output grows
 _LOG_CHECK_MAX = 2.0  # ... backing off to this while it does not
 LOG_TRUNCATED = b"[wfsched: "
-"""How a log begins once the shim cut it to max_log_bytes (the first line
+"""How a log begins once the keeper cut it to max_log_bytes (the first line
 says how many bytes of earlier output were dropped; rundirs.log_truncation)."""
 _PR_SET_NAME = 15
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 class LauncherError(OperationError, OSError):
-    """The fork server cannot launch (gone, fork failed, bad request).
+    """The run keeper cannot launch (gone, fork failed, bad request).
 
     An OSError too: to the caller it is one more way a process fails to start.
     """
 
 
 class LauncherLost(LauncherError):
-    """The fork server died while handling a launch: whether it forked the
-    shim is unknown (an ambiguous launch). Never retry blindly: look at the
+    """The run keeper died while handling a launch: whether it started the
+    command is unknown (an ambiguous launch). Never retry blindly: look at the
     attempt's launch lock and records first (`launch_locked`)."""
 
 
 class AlreadyLaunched(LauncherError):
-    """The server refused the launch: this attempt's shim holds its launch
-    lock, or left a started record. Never "not started": adopt what is there."""
+    """The keeper refused the launch: this attempt's launch lock is held, or
+    it left a started record. Never "not started": adopt what is there."""
+
+
+class CommandNotStarted(LauncherError):
+    """The keeper could not start the command (not found, bad cwd...): the
+    attempt's exit record (outcome spawn-failed) says why, and is ingested
+    like any other end."""
 
 
 class RecordError(ValueError):
@@ -134,7 +132,7 @@ class RecordError(ValueError):
 
 
 class SpawnRefused(OSError):
-    """The fork server is fine but could not fork (a process limit, out of
+    """The keeper is fine but could not fork (a process limit, out of
     memory): this launch failed, the next one may succeed. Carries the errno."""
 
     def __str__(self) -> str:
@@ -143,13 +141,14 @@ class SpawnRefused(OSError):
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """Everything a shim needs; it crosses a pipe as JSON, so plain data only.
+    """Everything the keeper needs to run an attempt; it crosses a socket as
+    JSON, so plain data only.
 
-    `cwd=None` runs the command in the fork server's working directory, i.e.
-    the supervisor's at `Launcher.start()`; `env` is passed as is (PATH in it
+    `cwd=None` runs the command in the working directory of the process
+    that calls `Launcher.spawn()`; `env` is passed as is (PATH in it
     is what finds `argv[0]`); `timeout=None` means no limit. `attempt_dir`
     gets the command's logs, `record_dir` (out of the job's reach) the
-    shim's records.
+    attempt's records.
     """
 
     run_id: str
@@ -173,7 +172,8 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class ShimHandle:
-    """A shim's identity: pid alone is reused by the kernel, pid + starttime is not."""
+    """A run's identity (its command's; a shim's for runs of earlier
+    releases): pid alone is reused by the kernel, pid + starttime is not."""
 
     pid: int
     start_time: int
@@ -191,11 +191,11 @@ class ExitRecord:
 
 
 # --------------------------------------------------------------------------
-# /proc and records: used by the supervisor, recovery and the shim alike.
+# /proc and records: used by the supervisor, recovery and the keeper alike.
 
 
-def _read_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, starttime) from /proc/<pid>/stat, or None if no such process."""
+def _read_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state letter, ppid, starttime) from /proc/<pid>/stat, or None if no such process."""
     if pid <= 0:
         return None
     try:
@@ -210,63 +210,32 @@ def _read_stat(pid: int) -> tuple[str, int] | None:
         os.close(fd)
     # comm (field 2) may contain spaces and parentheses: split after the last ')'.
     fields = raw[raw.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[19])
+    return fields[0].decode(), int(fields[1]), int(fields[19])
 
 
 def process_start_time(pid: int) -> int | None:
     """Clock ticks after boot at which `pid` started (zombies included); None if absent."""
     stat = _read_stat(pid)
-    return None if stat is None else stat[1]
+    return None if stat is None else stat[2]
 
 
-def shim_alive(handle: ShimHandle) -> bool:
+def process_alive(handle: ShimHandle) -> bool:
     """True while that very process runs: same starttime (not a reused pid), not a zombie.
 
-    A finished shim can stay a zombie for a while (the fork server reaps it,
-    but after the supervisor died its new parent may never do so), so a zombie
-    counts as gone.
+    A process whose parent died may stay a zombie for a while (an init that
+    never reaps), so a zombie counts as gone.
     """
     stat = _read_stat(handle.pid)
-    return stat is not None and stat[0] not in "ZX" and stat[1] == handle.start_time
-
-
-def cancel_shim(handle: ShimHandle) -> bool:
-    """SIGTERM the shim (never the command directly); returns whether it was signalled.
-
-    The shim then terminates the command's process group (SIGTERM, kill_grace,
-    SIGKILL) and records outcome "cancelled". The check and the kill go
-    through one pidfd, so a pid reused between them cannot be hit.
-    """
-    try:
-        pidfd = os.pidfd_open(handle.pid)
-    except ProcessLookupError:
-        return False
-    except OSError:  # no pidfd support: accept the tiny check-then-kill race
-        if not shim_alive(handle):
-            return False
-        try:
-            os.kill(handle.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return False
-        return True
-    try:
-        if not shim_alive(handle):
-            return False
-        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
-        return True
-    except ProcessLookupError:
-        return False
-    finally:
-        os.close(pidfd)
+    return stat is not None and stat[0] not in "ZX" and stat[2] == handle.start_time
 
 
 def session_members(sid: int) -> list[int]:
     """Pids of the live (non-zombie) processes in session `sid`.
 
-    A shim is a session leader (setsid) and its command's process group is in
-    that session, so once the shim is dead this is what is left of its run.
-    The kernel never hands out a pid that is still some session's id, so a
-    dead shim's pid names its own session's leftovers and nothing else.
+    A command is a session leader (setsid; a shim of an earlier release was),
+    so once its parent is dead this is what is left of its run. The kernel
+    never hands out a pid that is still some session's id, so a dead
+    leader's pid names its own session's leftovers and nothing else.
     """
     members = []
     try:
@@ -289,11 +258,11 @@ def session_members(sid: int) -> list[int]:
 
 def signal_session(shim: ShimHandle, signum: int) -> bool:
     """Send `signum` to every process group with a member in the session the
-    (dead) `shim` led; False if nothing of that session is left.
+    `shim` (a run's command) led; False if nothing of that session is left.
 
-    The shim's pid stays allocated while its session has members, so if a
-    process holds that pid now it is either the shim itself (a zombie, same
-    start time) or, the session having emptied, someone else who may lead a
+    The leader's pid stays allocated while its session has members, so if a
+    process holds that pid now it is either the leader itself (same start
+    time) or, the session having emptied, someone else who may lead a
     session of their own: never ours to signal.
     """
     holder = process_start_time(shim.pid)
@@ -315,7 +284,7 @@ def _why(exc: OSError) -> str:
 
 def _load_record(path: str, *, empty_is_absent: bool = False) -> dict[str, Any] | None:
     """A record's JSON object; None if absent (or, with `empty_is_absent`,
-    empty: an empty started record is a lock no shim has written yet).
+    empty: an empty started record is a lock nothing has written into yet).
 
     Any failure to read (a directory, a symlink, a FIFO, EACCES, EIO...) is
     a RecordError naming the file: reading a record must never raise
@@ -365,8 +334,9 @@ _MISSING = object()
 
 
 def read_shim_record(record_dir: str) -> ShimHandle | None:
-    """The shim's started record (pid + start time); None if no shim wrote one,
-    i.e. the command never started. RecordError if unreadable."""
+    """The attempt's started record (pid + start time: the command's, or the
+    keeper's until the command runs); None if none was written, i.e. the
+    command never started. RecordError if unreadable."""
     path = os.path.join(record_dir, SHIM_RECORD)
     data = _load_record(path, empty_is_absent=True)
     if data is None:
@@ -377,9 +347,9 @@ def read_shim_record(record_dir: str) -> ShimHandle | None:
 
 
 def launch_locked(record_dir: str) -> bool:
-    """Whether a shim of this attempt is alive: it holds the launch lock
-    (`shim.json`) from its fork until it exits, dead or alive whatever its pid
-    says. RecordError if the lock cannot be examined."""
+    """Whether a keeper holds this attempt: it holds the launch lock
+    (`shim.json`) from before the command starts until its exit record is on
+    disk, whatever pids say. RecordError if the lock cannot be examined."""
     path = os.path.join(record_dir, SHIM_RECORD)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -402,7 +372,7 @@ def read_exit_record(record_dir: str) -> ExitRecord | None:
     """The attempt's exit record; None if absent, RecordError if unreadable,
     corrupt or partial.
 
-    The shim renames a complete, fsynced file into place, so a partial file
+    The keeper renames a complete, fsynced file into place, so a partial file
     means outside interference: the caller fails the run closed.
     """
     path = os.path.join(record_dir, EXIT_RECORD)
@@ -425,7 +395,7 @@ def read_exit_record(record_dir: str) -> ExitRecord | None:
 
 def _write_exit_record(record_dir: str, data: dict[str, Any]) -> None:
     """tmp + fsync + rename + directory fsync: readers never see half a
-    record, and it survives a power cut once the shim has exited."""
+    record, and it survives a power cut once it is reported."""
     path = os.path.join(record_dir, EXIT_RECORD)
     tmp = f"{path}.tmp"
     payload = _to_json(data).encode()
@@ -464,10 +434,6 @@ def _read_exact(fd: int, size: int) -> bytes | None:
     return bytes(chunks)
 
 
-_WARM: dict[str, Any] = {"warm": True}
-_WARM_BYTES = json.dumps(_WARM, separators=(",", ":")).encode()
-
-
 def _read_message(fd: int) -> bytes | None:
     header = _read_exact(fd, _HEADER.size)
     if header is None:
@@ -483,9 +449,12 @@ def _send_message(fd: int, payload: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------
 # The supervisor's side.
 
+# --------------------------------------------------------------------------
+# The supervisor's side: a client of the run keeper (wfsched.process.keeper).
 
-def _server_argv(req_r: int, reply_w: int, exit_w: int, fault: str = "") -> list[str]:
-    """The fork server's command line: this interpreter, isolated (-I: no PYTHON*
+
+def _keeper_argv(directory: str, fault: str = "") -> list[str]:
+    """The keeper's command line: this interpreter, isolated (-I: no PYTHON*
     variables, no user site, no script directory on sys.path) and without site
     (-S: no site-packages, no .pth files, fewer modules and less memory).
 
@@ -495,7 +464,7 @@ def _server_argv(req_r: int, reply_w: int, exit_w: int, fault: str = "") -> list
     a venv, a plain or an editable install (whose finder hook needs site).
     """
     if not sys.executable:
-        raise LauncherError("cannot start the fork server: no Python executable (sys.executable)")
+        raise LauncherError("cannot start the run keeper: no Python executable (sys.executable)")
     flags = ["-I", "-S"]
     if sys.flags.dont_write_bytecode:  # -I ignores PYTHONDONTWRITEBYTECODE
         flags.append("-B")
@@ -506,11 +475,10 @@ def _server_argv(req_r: int, reply_w: int, exit_w: int, fault: str = "") -> list
         package_parent = os.path.dirname(package_parent)
     code = (
         "import sys; sys.path.append(sys.argv[1]);"
-        " from wfsched.process.launcher import _server_main;"
-        " _server_main(*map(int, sys.argv[2:5]), sys.argv[5])"
+        " from wfsched.process.keeper import main;"
+        " main(sys.argv[2], sys.argv[3])"
     )
-    fds = (str(req_r), str(reply_w), str(exit_w))
-    return [sys.executable, *flags, "-c", code, package_parent, *fds, fault]
+    return [sys.executable, *flags, "-c", code, package_parent, directory, fault]
 
 
 class ProcessControl(Protocol):
@@ -533,34 +501,40 @@ class ProcessControl(Protocol):
 
 
 class Launcher:
-    """Client of the fork server. Thread-safe; one server per Launcher.
+    """Client of the run keeper of `directory` (the store's local directory;
+    None: a private temporary one, for tests and benchmarks). Thread-safe.
 
-    The server is a fresh interpreter that inherits only its three pipes, so
-    `start()` may be called at any time, with the lock held, SQLite open or
-    threads running (the supervisor calls it again to replace a dead server).
+    `start()` re-attaches to the keeper that runs there, or starts one (a
+    fresh interpreter in its own session that inherits nothing but a pipe
+    for its ready line, never `supervisor.lock` or a database handle); it
+    may be called at any time, with the lock held, SQLite open or threads
+    running. Two connections: requests and their replies on one, exit
+    events (`fileno()`) on the other, so a reply never waits behind events.
 
-    No other process may inherit the request pipe (it is close-on-exec; only a
-    bare `os.fork()` elsewhere in the supervisor would leak it), because the
-    server exits when that pipe reaches EOF, i.e. when the supervisor dies.
+    `stop()` only disconnects, as a crash of the client would: the keeper
+    keeps its runs and waits for the next client to re-attach, and exits by
+    itself once it has neither runs nor clients. `shutdown()` lets it go.
 
     It implements `ProcessControl`. `fault` (crash tests only: a
-    `wfsched.faults` spec at which the server SIGKILLs itself) goes to the
-    first server alone: a replacement that killed itself at the same point
-    would never let a launch through.
+    `wfsched.faults` spec at which the keeper SIGKILLs itself) goes to the
+    first keeper this Launcher starts: a replacement that killed itself at
+    the same point would never let a launch through.
     """
 
-    def __init__(self, fault: str = "") -> None:
+    def __init__(self, directory: str | os.PathLike[str] | None = None, fault: str = "") -> None:
         self._fault = fault
+        self._directory = None if directory is None else os.path.abspath(directory)
         self._lock = threading.Lock()
-        self._server: subprocess.Popen[bytes] | None = None
-        self._req_w = -1
-        self._reply_r = -1
-        self._exit_r = -1
-        self._partial = b""  # a pid record split across reads
+        self._requests: socket.socket | None = None
+        self._events: socket.socket | None = None
+        self._keeper_pid: int | None = None
+        self._started: subprocess.Popen[bytes] | None = None
+        self._partial = b""  # an event split across reads
 
     @property
     def server_pid(self) -> int | None:
-        return None if self._server is None else self._server.pid
+        """The keeper's pid while connected."""
+        return self._keeper_pid if self._requests is not None else None
 
     def __enter__(self) -> Launcher:
         self.start()
@@ -570,72 +544,157 @@ class Launcher:
         self.stop()
 
     def start(self) -> None:
-        """Start the fork server and wait until it is ready to launch.
+        """Connect to the keeper, starting one if none listens.
 
-        One interpreter start (tens of milliseconds). LauncherError if the
-        server cannot start; its own traceback, if any, is on our stderr.
+        LauncherError if no keeper can be started or reached; a keeper's own
+        traceback, if any, is on our stderr.
         """
         with self._lock:
-            if self._server is not None:
+            if self._requests is not None:
                 raise RuntimeError("Launcher already started")
-            fault, self._fault = self._fault, ""
-            req_r, req_w = _pipe()
-            reply_r, reply_w = _pipe()
-            exit_r, exit_w = _pipe()
-            ours = (req_w, reply_r, exit_r)
-            try:
-                server = _start_server(req_r, reply_w, exit_w, fault)
-            except BaseException:
-                for fd in ours:
-                    os.close(fd)
-                raise
-            finally:
-                for fd in (req_r, reply_w, exit_w):
-                    os.close(fd)
-            problem = _await_ready(server, reply_r, _SERVER_READY_WAIT)
-            if problem is not None:
-                os.close(req_w)  # EOF: the server exits if it ever gets that far
-                with contextlib.suppress(OSError):
-                    server.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    server.wait(_SERVER_STOP_WAIT)
-                os.close(reply_r)
-                os.close(exit_r)
-                raise LauncherError(f"the fork server did not start: {problem}")
-            os.set_blocking(exit_r, False)
-            self._server = server
-            self._req_w, self._reply_r, self._exit_r = ours
-            self._partial = b""
+            if self._directory is None:
+                import tempfile
+
+                self._directory = tempfile.mkdtemp(prefix="wfsched-keeper-")
+            # What the keeper will need of its directory, checked here first:
+            # a read-only or full store is then the plain OSError the
+            # supervisor reports for its store, not a keeper's traceback.
+            with contextlib.suppress(FileExistsError):
+                os.makedirs(self._directory, mode=0o700)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            os.close(os.open(os.path.join(self._directory, KEEPER_LOCK), flags, 0o600))
+            self._reap_started()
+            problem, failed = "no keeper", False
+            for _ in range(_CONNECT_TRIES):
+                try:
+                    self._connect()
+                    return
+                except (FileNotFoundError, ConnectionRefusedError):
+                    # None listens (or it just exited). After a keeper of ours
+                    # failed to start, only another one that won may answer.
+                    if failed:
+                        break
+                    why = self._start_keeper()
+                    if why:
+                        problem, failed = why, True
+                except LauncherError as exc:  # it went away during the handshake
+                    problem = str(exc)
+                except OSError as exc:
+                    raise LauncherError(f"cannot reach the run keeper ({_why(exc)})") from exc
+            raise LauncherError(f"the run keeper did not start: {problem}")
+
+    def _connect(self) -> None:
+        assert self._directory is not None
+        path = socket_path(self._directory)
+        pair: list[socket.socket] = []
+        try:
+            for events in (False, True):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                pair.append(sock)
+                sock.connect(path)
+                _send_message(sock.fileno(), {"op": "hello", "events": events})
+                reply = _read_message(sock.fileno())
+                if reply is None:
+                    raise LauncherError("the run keeper closed the connection")
+                hello = json.loads(reply)
+                if hello.get("protocol") != KEEPER_PROTOCOL:
+                    raise OSError(errno.EPROTO, f"unknown keeper protocol {hello!r}")
+        except BaseException:
+            for sock in pair:
+                sock.close()
+            raise
+        finally:
+            if path.startswith("/proc/self/fd/"):
+                with contextlib.suppress(OSError, ValueError):
+                    os.close(int(path.split("/")[4]))
+        self._requests, self._events = pair
+        self._events.setblocking(False)
+        self._keeper_pid = hello["keeper"]
+        self._partial = b""
+
+    def _start_keeper(self) -> str:
+        """Start a keeper and wait for its ready line; what went wrong, if anything."""
+        assert self._directory is not None
+        fault, self._fault = self._fault, ""
+        argv = _keeper_argv(self._directory, fault)
+        # SIGTERM, SIGINT and SIGHUP blocked until the keeper chose its own
+        # dispositions: the mask survives exec, so a signal meant for the
+        # supervisor (Ctrl-C, systemd's stop) cannot kill it while it starts.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _KEEPER_OUTLIVES)
+        try:
+            keeper = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=None,  # ours: where a keeper traceback belongs
+                close_fds=True,
+                start_new_session=True,  # not in our terminal's or our group's signals
+            )
+        except OSError as exc:
+            raise LauncherError(f"cannot start the run keeper ({exc})") from exc
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        self._started = keeper
+        assert keeper.stdout is not None
+        with keeper.stdout:
+            readable, _, _ = select.select([keeper.stdout], [], [], _KEEPER_READY_WAIT)
+            line = keeper.stdout.readline() if readable else b""
+        if line.startswith(b'{"ready"'):
+            return ""
+        if not readable:
+            with contextlib.suppress(OSError):
+                keeper.kill()
+            return f"not ready after {_KEEPER_READY_WAIT:g}s"
+        try:
+            status = keeper.wait(_KEEPER_STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            return "it closed its pipe"
+        return f"it exited with status {status} (its error, if any, is on stderr above)"
+
+    def _reap_started(self) -> None:
+        if self._started is not None and self._started.poll() is not None:
+            self._started = None
+
+    def _request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One request and its reply; LauncherLost if the keeper is gone
+        (whether it acted on the request is then unknown)."""
+        if self._requests is None:
+            raise LauncherError("the launcher is not started")
+        try:
+            _send_message(self._requests.fileno(), payload)
+            reply = _read_message(self._requests.fileno())
+        except OSError as exc:  # EPIPE, ECONNRESET: the keeper is gone
+            raise LauncherLost(f"the run keeper is gone ({exc})") from exc
+        if reply is None:
+            raise LauncherLost("the run keeper exited while handling a request")
+        data: dict[str, Any] = json.loads(reply)
+        return data
 
     def spawn(self, spec: LaunchSpec) -> ShimHandle:
-        """Have the server fork a shim for `spec`; returns once the shim exists.
+        """Have the keeper start `spec`'s command; returns once it runs.
 
-        The exit of the shim is reported later through `fileno()` /
-        `drain_exits()`; its outcome is in `exit.json`. LauncherLost if the
-        server died meanwhile (whether the shim was forked is then unknown);
-        any other LauncherError means no shim was started.
+        Its end is reported later through `fileno()` / `drain_exits()`; its
+        outcome is in `exit.json`. LauncherLost if the keeper died meanwhile
+        (whether it started the command is then unknown: see the launch
+        lock), CommandNotStarted if the command could not be started (its
+        exit record says why), any other LauncherError: nothing was started.
         """
         for directory in (spec.attempt_dir, spec.record_dir):
             if not os.path.isdir(directory):
                 raise LauncherError(f"{directory}: directory does not exist")
-        request = dict(vars(spec))  # not asdict(): that deep-copies, 20-80 us per launch
-        # Records are for recovery: store no path relative to some cwd.
-        request["attempt_dir"] = os.path.abspath(spec.attempt_dir)
-        request["record_dir"] = os.path.abspath(spec.record_dir)
-        request["stdin_path"] = os.path.abspath(spec.stdin_path)
+        wire = dict(vars(spec))  # not asdict(): that deep-copies, 20-80 us per launch
+        # Records are for recovery, and the keeper outlives our cwd: no
+        # relative path. A cwd of None is ours.
+        wire["attempt_dir"] = os.path.abspath(spec.attempt_dir)
+        wire["record_dir"] = os.path.abspath(spec.record_dir)
+        wire["stdin_path"] = os.path.abspath(spec.stdin_path)
+        wire["cwd"] = os.path.abspath(spec.cwd if spec.cwd is not None else ".")
         with self._lock:
-            if self._server is None:
-                raise LauncherError("the launcher is not started")
-            try:
-                _send_message(self._req_w, request)
-                reply = _read_message(self._reply_r)
-            except OSError as exc:  # EPIPE: the server is gone
-                raise LauncherLost(f"the fork server is gone ({exc})") from exc
-        if reply is None:
-            raise LauncherLost("the fork server exited while launching")
-        data = json.loads(reply)
+            data = self._request({"op": "spawn", "spec": wire})
         if data.get("launched"):
             raise AlreadyLaunched(f"cannot launch {spec.run_id}: {data['error']}")
+        if data.get("not_started"):
+            raise CommandNotStarted(data["error"])
         if "errno" in data:
             raise SpawnRefused(data["errno"], f"cannot launch {spec.run_id}: {data['error']}")
         if "error" in data:
@@ -643,79 +702,97 @@ class Launcher:
         return ShimHandle(pid=data["pid"], start_time=data["start_time"])
 
     def warm(self) -> None:
-        """Have the server fork (and reap) a throwaway child now.
-
-        On a virtual machine the first fork after an idle spell costs
-        milliseconds; the supervisor calls this just before a due instant so
-        the launch itself finds the path warm. Best effort: errors are for
-        `spawn()` to report.
-        """
-        with self._lock:
-            if self._server is None:
-                return
-            with contextlib.suppress(OSError):
-                _send_message(self._req_w, _WARM)
-                _read_message(self._reply_r)
+        """Wake the keeper just before a due instant (a no-op round trip), so
+        the launch itself finds it and its pages awake. No fork: the keeper
+        spawns with vfork, which a throwaway fork would not warm, and a fork
+        of it costs milliseconds. Best effort: errors are for `spawn()`."""
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            self._request({"op": "warm"})
 
     def probe_fork(self) -> None:
-        """Whether the server can fork right now (a throwaway child, like
-        warm()): SpawnRefused if not, LauncherError if the server is gone.
-        The supervisor's probe while a process-limit episode lasts."""
+        """Whether the keeper can fork right now (a throwaway child):
+        SpawnRefused if not, LauncherError if the keeper is gone. The
+        supervisor's probe while a process-limit episode lasts."""
         with self._lock:
-            if self._server is None:
-                raise LauncherError("the launcher is not started")
-            try:
-                _send_message(self._req_w, _WARM)
-                reply = _read_message(self._reply_r)
-            except OSError as exc:
-                raise LauncherError(f"the fork server is gone ({exc})") from exc
-        if reply is None:
-            raise LauncherError("the fork server exited; runs cannot be launched")
-        data = json.loads(reply)
+            data = self._request({"op": "probe"})
         if "errno" in data:
             raise SpawnRefused(data["errno"], f"cannot fork: {data['error']}")
 
     def fileno(self) -> int:
-        """Readable once the server reported reaped shims (or exited)."""
-        if self._exit_r < 0:
+        """Readable once the keeper reported ended attempts (or exited)."""
+        if self._events is None:
             raise ValueError("the launcher is not started")
-        return self._exit_r
+        return self._events.fileno()
 
     def drain_exits(self) -> list[int]:
-        """Pids of shims reaped since the last call; never blocks.
+        """Pids of commands whose exit records are on disk since the last
+        call; never blocks.
 
-        Raises LauncherError when the server has exited unexpectedly (its pipe
-        is at EOF and would stay readable): the supervisor then must stop() and
-        start() again, or stop; shims already running are unaffected, but their
-        exits are no longer reported here (poll shim_alive / exit records).
+        Raises LauncherError when the keeper has exited (EOF, which would stay
+        readable): the supervisor then must stop() and start() again, or
+        stop; the keeper's runs then lost their parent (see docs/recovery.md).
         """
-        if self._exit_r < 0:
+        if self._events is None:
             return []
         data, eof = self._partial, False
         while True:
             try:
-                chunk = os.read(self._exit_r, 65536)
+                chunk = self._events.recv(65536)
             except BlockingIOError:
+                break
+            except OSError:
+                eof = True
                 break
             if not chunk:
                 eof = True
                 break
             data += chunk
-        whole = len(data) - len(data) % _PID.size
-        self._partial = data[whole:]
-        pids = [pid for (pid,) in _PID.iter_unpack(data[:whole])]
+        pids: list[int] = []
+        while len(data) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(data)
+            if len(data) < _HEADER.size + size:
+                break
+            pids += json.loads(data[_HEADER.size : _HEADER.size + size])["exited"]
+            data = data[_HEADER.size + size :]
+        self._partial = data
         if eof and not pids:
-            raise LauncherError("the fork server exited unexpectedly; runs cannot be launched")
+            raise LauncherError("the run keeper exited; its runs in flight lost their parent")
         return pids
 
-    # The record and signal operations need no server; they are methods here
-    # so the supervisor reaches all process handling through one object.
+    def list_live(self) -> list[dict[str, Any]]:
+        """The attempts the keeper parents whose exit is not recorded yet."""
+        with self._lock:
+            live: list[dict[str, Any]] = self._request({"op": "list"})["live"]
+        return live
 
     def alive(self, handle: ShimHandle) -> bool:
-        return shim_alive(handle)
+        """Whether that command is still parented by our keeper with its exit
+        not yet recorded: the keeper writes the record before it reaps the
+        command, so a zombie child of the keeper counts as alive. A command
+        whose keeper died is not alive, whatever it still does."""
+        stat = _read_stat(handle.pid)
+        if stat is None or stat[2] != handle.start_time or self._keeper_pid is None:
+            return False
+        return stat[1] == self._keeper_pid
 
     def cancel(self, handle: ShimHandle) -> bool:
-        return cancel_shim(handle)
+        """Have the keeper terminate the command's process group (SIGTERM,
+        kill_grace, SIGKILL) and record outcome "cancelled".
+
+        A run that an earlier release started under a per-run shim (still
+        running after an upgrade) is no keeper's: its shim gets SIGTERM,
+        which it takes as "cancel" the same way."""
+        with self._lock:
+            try:
+                data = self._request(
+                    {"op": "cancel", "pid": handle.pid, "start_time": handle.start_time}
+                )
+            except LauncherError:
+                data = {}  # no keeper: its runs are abandoned, recovery ends what is left
+        return bool(data.get("done")) or _cancel_old_shim(handle)
+
+    # The record and signal operations need no keeper; they are methods here
+    # so the supervisor reaches all process handling through one object.
 
     def read_exit(self, record_dir: str) -> ExitRecord | None:
         return read_exit_record(record_dir)
@@ -729,97 +806,74 @@ class Launcher:
     def signal_session(self, shim: ShimHandle, signum: int) -> bool:
         return signal_session(shim, signum)
 
-    def stop(self) -> None:
-        """End the server (idempotent); running shims are not touched.
-
-        Closing the request pipe is the stop signal, the same EOF the server
-        sees when the supervisor dies. Unregister `fileno()` from selectors
-        first: it is closed here.
-        """
+    def signal(self, handle: ShimHandle, signum: int) -> bool:
+        """Have the keeper send `signum` to the run's process group (no
+        outcome of its own: the run ends, or not, as the signal makes it)."""
+        request = {"op": "signal", "pid": handle.pid, "start_time": handle.start_time}
         with self._lock:
-            server = self._server
-            if server is None:
-                return
-            os.close(self._req_w)
-            try:
-                server.wait(_SERVER_STOP_WAIT)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(OSError):
-                    server.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    server.wait(_SERVER_STOP_WAIT)  # stuck in the kernel: give up on it
-            os.close(self._reply_r)
-            os.close(self._exit_r)
-            self._server = None
-            self._req_w = self._reply_r = self._exit_r = -1
+            data = self._request({**request, "signum": int(signum)})
+        return bool(data.get("done"))
+
+    def shutdown(self) -> None:
+        """Let the keeper go: it takes no new client or launch, finishes the
+        runs it holds (recording their exits) and exits; a `start()` after
+        this starts a new keeper at once. Then disconnect."""
+        with self._lock, contextlib.suppress(LauncherError, OSError, ValueError):
+            self._request({"op": "shutdown"})
+        self.stop()
+
+    def stop(self) -> None:
+        """Disconnect (idempotent); the keeper and its runs are not touched:
+        a `start()` re-attaches to it, and it exits by itself once it has
+        neither a run nor a client for a second. Unregister `fileno()` from
+        selectors first: it is closed here."""
+        with self._lock:
+            for sock in (self._requests, self._events):
+                if sock is not None:
+                    sock.close()
+            self._requests = self._events = None
+            self._keeper_pid = None
+            self._reap_started()
 
 
-def _pipe() -> tuple[int, int]:
-    """os.pipe() on fds above 2: with our stdin or stdout closed, a pipe could get
-    fd 0 or 1, where the server's /dev/null would then replace it."""
-    ends = []
-    for fd in os.pipe():
-        if fd <= 2:
-            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-            os.close(fd)
-            fd = moved
-        ends.append(fd)
-    return ends[0], ends[1]
+OLD_SHIM_COMM = b"wfsched-shim\n"
+"""/proc/<pid>/comm of a per-run shim of an earlier release."""
 
 
-def _start_server(req_r: int, reply_w: int, exit_w: int, fault: str) -> subprocess.Popen[bytes]:
-    """Popen the server with SIGTERM, SIGINT and SIGHUP blocked: the mask survives
-    exec, so a signal meant for the supervisor (Ctrl-C, systemd's stop) stays
-    pending until the server has chosen to ignore it, instead of killing it
-    while it starts up."""
-    argv = _server_argv(req_r, reply_w, exit_w, fault)
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SERVER_IGNORES)
+def _cancel_old_shim(handle: ShimHandle) -> bool:
+    """SIGTERM `handle` if it is an earlier release's shim (same start time,
+    named so); the check and the kill go through one pidfd, so a pid reused
+    between them is never hit."""
     try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=None,  # ours: where a server traceback belongs
-            pass_fds=(req_r, reply_w, exit_w),
-            close_fds=True,
-        )
-    except OSError as exc:
-        raise LauncherError(f"cannot start the fork server ({exc})") from exc
+        pidfd = os.pidfd_open(handle.pid)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{handle.pid}/comm", "rb") as comm:
+            if comm.read() != OLD_SHIM_COMM or not process_alive(handle):
+                return False
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        return True
+    except OSError:
+        return False
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        os.close(pidfd)
 
 
-def _await_ready(server: subprocess.Popen[bytes], reply_r: int, timeout: float) -> str | None:
-    """None once the server said it is ready, else what went wrong."""
-    readable, _, _ = select.select([reply_r], [], [], timeout)
-    if not readable:
-        return f"not ready after {timeout:g}s"
-    message = _read_message(reply_r)
-    if message is None:
-        try:
-            status = server.wait(_SERVER_STOP_WAIT)
-        except subprocess.TimeoutExpired:
-            return "it closed its pipes"
-        return f"it exited with status {status} (its error, if any, is on stderr above)"
-    if json.loads(message) != {"ready": True}:
-        return f"unexpected first message {message[:100]!r}"
-    return None
+def socket_path(directory: str) -> str:
+    """The keeper's socket path, short enough for sun_path (108 bytes): a
+    long directory is reached through an O_PATH descriptor of it (the
+    caller's `/proc/self/fd/N`, which `connect` follows; the caller closes
+    it after connecting)."""
+    path = os.path.join(directory, KEEPER_SOCKET)
+    if len(path.encode()) < 100:
+        return path
+    fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"/proc/self/fd/{fd}/{KEEPER_SOCKET}"
 
 
 # --------------------------------------------------------------------------
-# Helpers shared by the server and the shim.
-
-
-def _load_prctl() -> Any:
-    """libc's prctl() through ctypes, or None. Resolved once in the server: ctypes
-    looks a symbol up on first attribute access, which in a shim would be after
-    the fork, i.e. once per run."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (ImportError, OSError, AttributeError):
-        return None
+# Helpers of the keeper.
 
 
 def _set_comm(prctl: Any, name: bytes) -> None:
@@ -844,348 +898,6 @@ def _close_fds_except(keep: Iterable[int]) -> None:
     os.closerange(low, max(os.sysconf("SC_OPEN_MAX"), 65536))
 
 
-def _noop_handler(signum: int, frame: FrameType | None) -> None:
-    """Installed only so the signal reaches the wakeup fd; the loop does the work."""
-
-
-# --------------------------------------------------------------------------
-# The fork server: `python -I -S -c ...` started by Launcher.start().
-
-
-def _server_main(req_r: int, reply_w: int, exit_w: int, fault: str = "") -> NoReturn:
-    _exit_after(_serve, req_r, reply_w, exit_w, fault)
-
-
-def _exit_after(work: Callable[..., None], *args: Any) -> NoReturn:
-    """Run the server's or a shim's body, then `os._exit`: no interpreter
-    teardown (nothing to flush or finalize), and a fork never unwinds into
-    its parent's loop. A crash is printed to fd 2 (a shim's stderr.log)."""
-    code = _SHIM_BROKEN
-    try:
-        work(*args)
-        code = 0
-    except BaseException:
-        with contextlib.suppress(BaseException):
-            traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
-def _serve(req_r: int, reply_w: int, exit_w: int, fault_spec: str) -> None:
-    try:
-        _serve_requests(req_r, reply_w, exit_w, fault_spec)
-    except BrokenPipeError:
-        return  # the supervisor is gone (e.g. stopped while we started): nothing to report
-
-
-def _serve_requests(req_r: int, reply_w: int, exit_w: int, fault_spec: str) -> None:
-    from wfsched.faults import fault_at, no_fault
-
-    fault = fault_at(fault_spec) if fault_spec else no_fault
-    supervisor = os.getppid()
-    prctl = _load_prctl()
-    _set_comm(prctl, b"wfsched-launch")
-    # The server lives exactly as long as its request pipe, so it ignores the
-    # terminal's SIGINT/SIGHUP and systemd's SIGTERM (it must keep reporting
-    # exits while the supervisor drains); Launcher.start() had them blocked
-    # until now. SIGTERM stays blocked so each shim is born with it blocked:
-    # an early cancel stays pending until the shim's handler is in place
-    # instead of killing it before it writes any record.
-    for signum in _SERVER_IGNORES:
-        signal.signal(signum, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_SETMASK, {signal.SIGTERM})
-    # Those and whatever the supervisor inherited ignored (nohup...), computed
-    # once here rather than per shim: see _run_shim. Not Python's own SIGPIPE
-    # and SIGXFSZ: Popen restores those to default in the command itself.
-    ignored = frozenset(
-        int(signum)
-        for signum in signal.valid_signals()
-        if signum not in (signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ)
-        and signal.getsignal(signum) == signal.SIG_IGN
-    )
-    # Popen gave us /dev/null as stdin and stdout (each shim relies on fd 1
-    # being it) and the supervisor's stderr, kept for a traceback; and only
-    # our pipes besides, but close anything else regardless.
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    _close_fds_except({0, 1, 2, req_r, reply_w, exit_w})
-    _rehearse()
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, _noop_handler)
-    # Never block on the exit pipe: a supervisor that is busy in spawn() is
-    # not reading it, and a full pipe would then deadlock both processes.
-    os.set_blocking(exit_w, False)
-    # Everything alive now lives as long as the server: keep it out of the
-    # collector, whose passes would otherwise touch (and, right after a fork,
-    # copy) every page that holds an object.
-    gc.collect()
-    gc.freeze()
-    _send_message(reply_w, {"ready": True})
-    backlog = bytearray()
-    poller = select.poll()
-    poller.register(req_r, select.POLLIN)
-    poller.register(wake_r, select.POLLIN)
-    watching_exit_w = False
-    while True:
-        if bool(backlog) != watching_exit_w:
-            if backlog:
-                poller.register(exit_w, select.POLLOUT)
-            else:
-                poller.unregister(exit_w)
-            watching_exit_w = not watching_exit_w
-        events = dict(poller.poll())
-        if wake_r in events:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(wake_r, 4096):
-                    pass
-        if req_r in events:
-            request = _read_message(req_r)
-            if request is None:
-                return  # the supervisor closed the pipe or died; shims live on
-            if request == _WARM_BYTES:
-                _send_message(reply_w, _warm_fork())
-            elif os.getppid() != supervisor:
-                # Our supervisor died and left this request behind: a new one
-                # may already be recovering this attempt, so never fork it.
-                return
-            else:
-                _send_message(reply_w, _fork_shim(request, prctl, ignored, fault))
-                fault("launcher-after-reply")
-        _reap_shims(backlog)
-        if backlog:
-            fault("launcher-exit-report")
-            try:
-                del backlog[: os.write(exit_w, backlog)]
-            except BlockingIOError:
-                pass
-            except BrokenPipeError:
-                backlog.clear()  # nobody listens any more; EOF on requests follows
-
-
-def _warm_fork() -> dict[str, Any]:
-    """Fork a child that exits at once, and reap it here (it is no shim, so
-    it is never reported): the next real fork finds the path warm. A fork
-    that fails (a process limit) is an answer, never the server's death."""
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        return {"error": f"fork failed ({exc.strerror or exc})", "errno": exc.errno}
-    if pid == 0:  # pragma: no cover - the child only exits
-        os._exit(0)
-    os.waitpid(pid, 0)
-    return {"warm": True}
-
-
-def _rehearse() -> None:
-    """Start a command the way each shim does, a number of times, in the server
-    itself (it fails at exec: no external program is needed).
-
-    Every shim is a copy-on-write fork of the server, and a page the shim
-    writes costs it a fault and a copy. Code runs cold the first few times:
-    CPython then rewrites its bytecode into specialized forms and fills
-    lookup caches, i.e. writes. Rehearsed here, that happens once instead of
-    in every shim (measured: fewer faults and less CPU per launch).
-    """
-    argv = (os.path.join(os.devnull, "wfsched-rehearsal"),)  # ENOTDIR, always
-    for _ in range(_REHEARSALS):
-        with contextlib.suppress(OSError):
-            subprocess.Popen(
-                argv, env={}, stdin=0, stdout=1, stderr=2, close_fds=True, process_group=0
-            )
-
-
-def _reap_shims(backlog: bytearray) -> None:
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        backlog += _PID.pack(pid)
-
-
-def _fork_shim(
-    request: bytes, prctl: Any, ignored: frozenset[int], fault: Callable[[str], None]
-) -> dict[str, Any]:
-    """Fork one shim; returns the reply for the supervisor.
-
-    The attempt's launch lock is taken before the fork and handed to the
-    shim (see the module docstring): a lock already held, or a started
-    record already written, means this attempt was launched before, and it
-    is refused rather than started twice.
-
-    Forked on demand. A spare shim forked ahead of need (fork and set-up off
-    the launch path, the request handed over a pipe) was measured and
-    dropped: more CPU per launch, slower bursts, and on an idle host the
-    latency is dominated by waking cold processes, not by the fork.
-    """
-    try:
-        spec = LaunchSpec.from_wire(json.loads(request))
-    except (ValueError, TypeError, KeyError) as exc:
-        return {"error": f"malformed launch request ({exc})"}
-    lock_path = os.path.join(spec.record_dir, SHIM_RECORD)
-    try:
-        lock_fd = os.open(
-            lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600
-        )
-    except OSError as exc:
-        return {"error": f"cannot create the launch lock {lock_path} ({_why(exc)})"}
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        started = os.fstat(lock_fd).st_size > 0
-    except BlockingIOError:
-        os.close(lock_fd)
-        return {"error": f"attempt {spec.attempt} of {spec.run_id} is running", "launched": True}
-    except OSError as exc:
-        os.close(lock_fd)
-        return {"error": f"cannot take the launch lock {lock_path} ({_why(exc)})"}
-    if started:
-        os.close(lock_fd)
-        return {"error": f"attempt {spec.attempt} of {spec.run_id} was started", "launched": True}
-    fault("launcher-before-fork")
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        os.close(lock_fd)
-        return {"error": f"fork failed ({_why(exc)})", "errno": exc.errno}
-    if pid == 0:  # pragma: no cover - runs in the shim
-        _shim_main(spec, prctl, ignored, lock_fd)
-    os.close(lock_fd)  # the shim holds the lock now
-    fault("launcher-after-fork")
-    # The child exists (at worst as an unreaped zombie), so this cannot miss.
-    return {"pid": pid, "start_time": process_start_time(pid) or 0}
-
-
-# --------------------------------------------------------------------------
-# The shim: one per attempt, a grandchild of the supervisor.
-
-
-def _shim_main(spec: LaunchSpec, prctl: Any, ignored: frozenset[int], lock_fd: int) -> NoReturn:
-    _exit_after(_run_shim, spec, prctl, ignored, lock_fd)
-
-
-class _Shim:
-    """Process-wide state of a shim (it runs exactly one command)."""
-
-    cancelled = False  # set by the SIGTERM handler, acted on by the wait loop
-    # Kept referenced until os._exit: a collected Popen whose child it never
-    # reaped itself would warn into stderr.log and queue itself for reaping.
-    command: subprocess.Popen[bytes] | None = None
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    _Shim.cancelled = True
-
-
-def _run_shim(spec: LaunchSpec, prctl: Any, ignored: frozenset[int], lock_fd: int) -> None:
-    gc.disable()  # short-lived: and every collection would copy shared pages
-    # Our own wakeup pipe replaces the server's before that is closed. SIGCHLD
-    # keeps the server's handler (_noop_handler), which only wakes the poll.
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    os.setsid()
-    _set_comm(prctl, b"wfsched-shim")
-    os.dup2(1, 2)  # /dev/null (see _serve) until stderr.log; not the supervisor's stderr
-    # The server's pipes, and anything else: the shim opens what it needs itself.
-    # The launch lock stays open (close-on-exec: the command never gets it)
-    # until the shim exits: its being held is what says this shim is alive.
-    _close_fds_except({0, 1, 2, wake_r, wake_w, lock_fd})
-    # As subreaper the shim inherits the command's orphaned descendants, reaps
-    # them, and so can tell when a terminated group is really empty (an init
-    # that never reaps would otherwise leave zombies that keep the group "alive").
-    subreaper = prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    # Ignored dispositions survive exec, handled ones are reset to default:
-    # catching what the server ignores keeps the shim deaf to them (it has no
-    # terminal anyway) while the command starts with defaults.
-    for signum in ignored:
-        signal.signal(signum, _noop_handler)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a pending cancel lands now
-
-    started_at = time.time()
-    try:
-        _write_started_record(spec, lock_fd)
-    except OSError as exc:
-        why = f"cannot write the started record ({_why(exc)}); the command was not started"
-        _finish(spec, "spawn-failed", None, None, why, started_at)
-        return
-    if _Shim.cancelled:
-        _finish(spec, "cancelled", None, None, "cancelled before the command started", started_at)
-        return
-    try:
-        _Shim.command = _start_command(spec)
-    except (OSError, ValueError) as exc:
-        _finish(spec, "spawn-failed", None, None, _spawn_failure(spec, exc), started_at)
-        return
-    _supervise_command(spec, _Shim.command.pid, wake_r, subreaper, started_at)
-
-
-def _write_started_record(spec: LaunchSpec, lock_fd: int) -> None:
-    """pid + start time into the launch lock file, before the command starts:
-    with the lock free afterwards, a record means "the command may have run"
-    and no record "it never did". One write() of a few bytes, no fsync (after
-    a power cut nothing runs any more, and the database has the pid too)."""
-    pid = os.getpid()
-    record = {
-        "pid": pid,
-        "start_time": process_start_time(pid),
-        "run_id": spec.run_id,
-        "attempt": spec.attempt,
-    }
-    _write_all(lock_fd, _to_json(record).encode())
-
-
-def _start_command(spec: LaunchSpec) -> subprocess.Popen[bytes]:
-    """Spawn the command; OSError/ValueError mean it never ran.
-
-    Popen searches spec.env's PATH, applies cwd in the child, restores the
-    SIGPIPE and SIGXFSZ that Python ignores to default (restore_signals), and
-    reports exec and chdir failures as OSError naming the file. Measured
-    against the alternatives in a shim: os.posix_spawn costs 0.1-0.3 ms less
-    but glibc's leaves its internal signals (32, 33) ignored in the child, and
-    ignored dispositions survive exec; os.fork() + os.execve() costs more
-    (a fork copies the shim's page tables and makes it fault again on every
-    page it then writes, where Popen uses vfork).
-    """
-    if not spec.argv:
-        raise ValueError("empty command")
-    try:
-        stdin_fd = os.open(spec.stdin_path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ValueError(f"cannot open input {spec.stdin_path!r}: {exc.strerror}") from None
-    log_flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    out_fd = os.open(os.path.join(spec.attempt_dir, STDOUT_LOG), log_flags, 0o644)
-    err_fd = os.open(os.path.join(spec.attempt_dir, STDERR_LOG), log_flags, 0o644)
-    os.dup2(err_fd, 2, inheritable=False)  # a shim traceback lands where operators look
-    proc = subprocess.Popen(
-        spec.argv,
-        cwd=spec.cwd,
-        env=spec.env,
-        stdin=stdin_fd,
-        stdout=out_fd,
-        stderr=err_fd,
-        close_fds=True,
-        process_group=0,  # its own group: the shim can killpg it and survive
-    )
-    for fd in (stdin_fd, out_fd, err_fd):
-        os.close(fd)
-    return proc
-
-
-def _spawn_failure(spec: LaunchSpec, exc: Exception) -> str:
-    if not isinstance(exc, OSError):
-        return str(exc)
-    why = exc.strerror or str(exc)
-    if isinstance(exc.filename, str) and os.path.dirname(exc.filename) == spec.attempt_dir:
-        return f"cannot open {exc.filename!r}: {why}"
-    if spec.cwd is not None and exc.filename == spec.cwd:
-        return f"cannot change to directory {spec.cwd!r}: {why}"
-    return f"cannot execute {spec.argv[0]!r}: {why}"
-
-
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -1201,83 +913,6 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def _supervise_command(
-    spec: LaunchSpec, leader: int, wake_r: int, subreaper: bool, started_at: float
-) -> None:
-    """Wait for the command, enforcing timeout and cancellation, then record.
-
-    Event-driven: SIGCHLD and SIGTERM wake the poll through the wakeup fd, so
-    an idle shim costs no CPU however long the command runs.
-
-    After a normal exit the leader's background children are left alone (a
-    job may mean to start a daemon, as under cron). Terminating a run
-    (timeout, cancel) takes the whole process group: SIGTERM, then after
-    kill_grace SIGKILL, and the record is written once the group is gone.
-    """
-    poller = select.poll()
-    poller.register(wake_r, select.POLLIN)
-    clock = time.monotonic
-    cap = None if spec.max_log_bytes is None else _LogCap(spec.attempt_dir, spec.max_log_bytes)
-    timeout_at = None if spec.timeout is None else clock() + spec.timeout
-    status: int | None = None
-    outcome: str | None = None  # "timeout" | "cancelled" once terminating
-    kill_at: float | None = None  # when SIGKILL follows SIGTERM
-    give_up_at: float | None = None  # after SIGKILL, stop waiting for D-state stragglers
-    while True:
-        while True:  # reap the leader and, as subreaper, orphaned descendants
-            try:
-                pid, wstatus = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid == leader:
-                status = wstatus
-        now = clock()
-        if outcome is None:
-            if status is not None:
-                break
-            if _Shim.cancelled or (timeout_at is not None and now >= timeout_at):
-                outcome = "cancelled" if _Shim.cancelled else "timeout"
-                _signal_group(leader, signal.SIGTERM)
-                kill_at = now + spec.kill_grace
-        if outcome is not None:
-            if status is not None and not _group_alive(leader):
-                break
-            if give_up_at is None and kill_at is not None and now >= kill_at:
-                _signal_group(leader, signal.SIGKILL)
-                give_up_at = now + _KILLED_GROUP_WAIT
-            if give_up_at is not None and now >= give_up_at:
-                break  # SIGKILL was sent; a process stuck in the kernel is not ours to wait for
-        check_at = None
-        if cap is not None:
-            cap.check(now)
-            check_at = cap.next_at
-        deadlines = [
-            d for d in (timeout_at, kill_at, give_up_at, check_at) if d is not None and d > now
-        ]
-        wait = min(min(deadlines) - now, _LONGEST_POLL) if deadlines else None
-        if outcome is not None and (status is not None or not subreaper):
-            # Only the leader's exit is an event; the rest of the group is polled.
-            wait = _GROUP_POLL if wait is None else min(wait, _GROUP_POLL)
-        # Clamped: a timeout of years must wait in pieces, never overflow poll().
-        wait = _MAX_WAIT if wait is None else min(wait, _MAX_WAIT)
-        poller.poll(max(1, int(wait * 1000) + 1))
-        with contextlib.suppress(BlockingIOError):
-            while os.read(wake_r, 4096):
-                pass
-    if cap is not None:
-        cap.check(clock(), final=True)
-    ending = exit_outcome(
-        status,
-        outcome,
-        timeout=spec.timeout,
-        kill_grace=spec.kill_grace,
-        killed=give_up_at is not None,
-    )
-    _finish(spec, *ending, started_at)
-
-
 def exit_outcome(
     status: int | None,
     terminated: str | None,
@@ -1290,7 +925,7 @@ def exit_outcome(
 
     `status` is the leader's wait status (None when it was never reaped:
     stuck in the kernel after SIGKILL); `terminated` is "timeout" or
-    "cancelled" when the shim ended the group, and `killed` says SIGKILL
+    "cancelled" when the keeper ended the group, and `killed` says SIGKILL
     followed the grace. Pure, so the words the operator reads are tested
     without running a command.
     """
@@ -1315,9 +950,9 @@ class _LogCap:
     """Keeps the attempt's stdout.log and stderr.log within `limit` bytes
     each, so a job's output cannot fill the disk the store lives on.
 
-    The command writes its logs directly (no copy through the shim: a
+    The command writes its logs directly (no copy through the keeper: a
     background process the job leaves behind keeps writing to them as under
-    cron). The shim checks their sizes every 0.1 s while they grow, backing
+    cron). The keeper checks their sizes every 0.1 s while they grow, backing
     off to 2 s while they do not; a log found over the limit is cut in place
     to its last half, after a first line saying how many bytes of earlier
     output were dropped. A log can therefore exceed the limit by what the
@@ -1344,7 +979,7 @@ class _LogCap:
             try:
                 info = os.lstat(path)
                 if not stat_module.S_ISREG(info.st_mode):
-                    continue  # not the log the shim opened: leave it be
+                    continue  # not the log the keeper opened: leave it be
                 size = info.st_size
                 if size > self.limit:
                     size = self._keep_tail(path)
@@ -1382,38 +1017,6 @@ class _LogCap:
         self.dropped[path] = dropped
         self.markers[path] = len(marker)
         return len(head) + len(extra)
-
-
-def _finish(
-    spec: LaunchSpec,
-    outcome: str,
-    exit_code: int | None,
-    signum: int | None,
-    reason: str | None,
-    started_at: float,
-) -> None:
-    record = {  # the fields of ExitRecord (not asdict(): a deep copy), plus the run
-        "attempt": spec.attempt,
-        "outcome": outcome,
-        "exit_code": exit_code,
-        "signal": signum,
-        "reason": reason,
-        "started_at": started_at,
-        "finished_at": time.time(),
-        "run_id": spec.run_id,
-    }
-    delay = _RECORD_RETRY_FIRST
-    while True:
-        try:
-            _write_exit_record(spec.record_dir, record)
-            return
-        except OSError as exc:
-            if exc.errno not in _RECORD_RETRY_ERRNOS:
-                raise
-        # The exit code lives in this process until the record is on disk:
-        # the supervisor sees the shim alive and keeps waiting for it.
-        time.sleep(delay)
-        delay = min(delay * 2, _RECORD_RETRY_MAX)
 
 
 def _signal_name(signum: int) -> str:
