@@ -78,11 +78,31 @@ class PostgresServer:
             "--locale=C",
             "--no-sync",
         )
+        self._start()
+
+    def _start(self) -> None:
         options = (
             f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off"
             " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
+
+    def restart(self) -> None:
+        """A fast shutdown (every session terminated), then a start."""
+        self.shut_down()
+        self._start()
+
+    def shut_down(self) -> None:
+        """A fast shutdown: sessions terminated, the server gone until `start_again`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def start_again(self) -> None:
+        self._start()
+
+    @property
+    def as_user(self) -> list[str]:
+        """The prefix that runs a command as the server's user (empty unless root)."""
+        return list(self._as_user)
 
     def stop(self) -> None:
         try:

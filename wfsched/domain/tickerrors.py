@@ -10,7 +10,8 @@ and the last error are published in the store's meta table (key
 sees them from another process.
 
 A resource fault (a full disk, a read-only remount, EIO, the database held
-locked past the busy timeout, exhausted file descriptors or processes;
+locked past the busy timeout, a PostgreSQL server restarted, unreachable or
+out of disk, exhausted file descriptors or processes;
 wfsched.store.resource_faults) is not counted as one more error per tick but opens a
 fault *episode*: one log line when it starts and one when it ends (with its
 duration), `status` shows it while it lasts, and meanwhile the supervisor
@@ -46,8 +47,11 @@ META_KEY = "tick_errors"
 REPEAT_LOG_INTERVAL = 60.0
 FAULT_BACKOFF_FIRST = 0.5
 FAULT_BACKOFF_MAX = 10.0
-STORE_FAULTS = frozenset({"disk-full", "read-only", "io-error", "locked", "fd-limit"})
-"""Kinds that stop every phase but watching runs; "process-limit" and
+STORE_FAULTS = frozenset(
+    {"disk-full", "read-only", "io-error", "locked", "unreachable", "fd-limit"}
+)
+"""Kinds that stop every phase but watching runs ("unreachable": a networked
+store's server restarted, stopped or out of reach); "process-limit" and
 "no-memory" hold launches only (the store is fine, admissions go on and the
 runs wait to launch)."""
 

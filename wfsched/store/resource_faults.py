@@ -4,8 +4,10 @@ A full disk, a read-only remount, EIO, a database held locked past the busy
 timeout, exhausted file descriptors or processes: none is a bug of
 wfsched, each is fixed by the operator, and each reaches them as one
 sentence naming the path and the fix (never a driver's class name). The
-store layer turns SQLite's errors into `StoreUnavailable` with these words;
-the supervisor reads the kind to run a fault episode (wfsched.domain.tickerrors).
+store layer turns SQLite's errors, and a PostgreSQL server's (by SQLSTATE:
+out of disk, I/O error, read-only, unreachable), into `StoreUnavailable`
+with these words; the supervisor reads the kind to run a fault episode
+(wfsched.domain.tickerrors).
 """
 
 from __future__ import annotations
@@ -85,6 +87,42 @@ def from_sqlite(exc: sqlite3.Error, db_path: Path, busy_timeout: float) -> Store
     return StoreUnavailable(
         kind, f"{advice(kind, where, busy_timeout=busy_timeout)} ({_words(exc)})"
     )
+
+
+UNREACHABLE_ADVICE = (
+    "check that the server runs and accepts connections (pg_isready); the supervisor"
+    " reconnects by itself"
+)
+_SERVER_KINDS = {
+    "53100": "disk-full",  # disk_full: could not extend a file, write WAL...
+    "58030": "io-error",  # io_error
+    "25006": "read-only",  # read_only_sql_transaction: a standby, or read-only by setting
+}
+
+
+def from_server(sqlstate: str | None, display: str, words: str) -> StoreUnavailable | None:
+    """A PostgreSQL server's resource error (by SQLSTATE) in words naming the
+    store, or None if it is another kind of error. A lost connection is the
+    store's StoreConnectionLost, not this."""
+    kind = _SERVER_KINDS.get(sqlstate or "")
+    if kind == "disk-full":
+        advice_text = (
+            f"the database server of store {display} is out of disk space: free space in"
+            " its data directory or in the tablespace holding the store"
+        )
+    elif kind == "io-error":
+        advice_text = (
+            f"the database server of store {display} reports an I/O error: check its disk"
+            " and its server log"
+        )
+    elif kind == "read-only":
+        advice_text = (
+            f"the database server of store {display} accepts no writes (a standby, or"
+            " default_transaction_read_only): point the store at the primary"
+        )
+    else:
+        return None
+    return StoreUnavailable(kind, f"{advice_text} ({words})")
 
 
 def _io_error_cause(directory: Path) -> str:
