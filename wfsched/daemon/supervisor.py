@@ -424,6 +424,7 @@ class Supervisor:
             # Instants decided late once it ends were late because of it.
             self._admission_failed = True
         self.log("fault", kind=fault.kind, phase=phase, reason=str(fault))
+        self.observer.fault_opened(fault.kind)
         self.notifier.send(f"STATUS=fault since {format_event(now)}: {fault}")
         problem = self.fault_file.write(episode.public())
         if problem is not None:
@@ -488,6 +489,7 @@ class Supervisor:
             retries=ended.probes,
         )
         self.notifier.send("STATUS=supervising")
+        self.observer.fault_closed()
         self.fault_file.write(None)
         self._unlaunched = True
         self.wake_now = True

@@ -47,6 +47,17 @@ META_KEY = "tick_errors"
 REPEAT_LOG_INTERVAL = 60.0
 FAULT_BACKOFF_FIRST = 0.5
 FAULT_BACKOFF_MAX = 10.0
+FAULT_KINDS = (
+    "disk-full",
+    "read-only",
+    "io-error",
+    "locked",
+    "unreachable",
+    "fd-limit",
+    "process-limit",
+    "no-memory",
+)
+"""Every kind of resource fault (a bounded set: the metrics label them by kind)."""
 STORE_FAULTS = frozenset(
     {"disk-full", "read-only", "io-error", "locked", "unreachable", "fd-limit"}
 )
