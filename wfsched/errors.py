@@ -91,9 +91,12 @@ class StoreUnavailable(StoreError):
 
     exit_code = 1
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, where: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.where = where
+        """The directory whose filesystem failed, when the system named it (a
+        run directory may live on another filesystem than the database)."""
 
 
 class CalendarError(WfschedError, ValueError):

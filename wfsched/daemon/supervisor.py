@@ -66,7 +66,7 @@ from wfsched.store import (
     run_id,
 )
 from wfsched.store.ownership import Ownership
-from wfsched.store.resource_faults import classify
+from wfsched.store.resource_faults import classify, probe_directory
 from wfsched.store.rows import Invocation
 from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
@@ -417,7 +417,7 @@ class Supervisor:
         if fault is None:
             return False
         now = self.clock()
-        episode = self.errors.open_episode(phase, fault.kind, str(fault), now)
+        episode = self.errors.open_episode(phase, fault.kind, str(fault), now, fault.where)
         if episode is None:
             return True
         if episode.holds_store:
@@ -462,6 +462,8 @@ class Supervisor:
                 self._resynchronise_owed = True
             if episode.kind == "disk-full":
                 self.store.probe_space(PROBE_FREE_BYTES)
+            if episode.where is not None:
+                probe_directory(episode.kind, episode.where, PROBE_FREE_BYTES)
             self._stamp(durable=True)
         except ConflictError:
             raise

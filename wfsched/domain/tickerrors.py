@@ -78,6 +78,10 @@ class Episode:
     retry_at: float
     backoff: float = FAULT_BACKOFF_FIRST
     probes: int = 0
+    where: str | None = None
+    """The directory whose filesystem failed, if the error named one: the
+    probe checks it too (run directories may be on their own filesystem,
+    which the database's probe says nothing about)."""
 
     @property
     def holds_store(self) -> bool:
@@ -113,16 +117,19 @@ class TickErrors:
     last_episode: dict[str, Any] | None = None
     """The last episode that ended: kind, error, since, ended, duration."""
 
-    def open_episode(self, phase: str, kind: str, error: str, now: float) -> Episode | None:
+    def open_episode(
+        self, phase: str, kind: str, error: str, now: float, where: str | None = None
+    ) -> Episode | None:
         """Count the fault; return the new episode, or None if one is open
         (the same episode goes on: its error is the latest one seen)."""
         self.counts[phase] = self.counts.get(phase, 0) + 1
         self.changed = True
         if self.episode is not None:
             self.episode.error = error
+            self.episode.where = self.episode.where or where
             return None
         self.episodes += 1
-        self.episode = Episode(kind, error, phase, now, now + FAULT_BACKOFF_FIRST)
+        self.episode = Episode(kind, error, phase, now, now + FAULT_BACKOFF_FIRST, where=where)
         return self.episode
 
     def close_episode(self, now: float) -> Episode | None:

@@ -157,10 +157,36 @@ def from_os(exc: OSError, default_where: Path) -> StoreUnavailable | None:
     if kind is None:
         return None
     where = default_where
+    named = None
     if exc.filename and kind in ("disk-full", "read-only", "io-error"):
         name = Path(os.fsdecode(exc.filename))
         where = name if name.is_dir() else name.parent
-    return StoreUnavailable(kind, f"{advice(kind, where)} ({_words(exc)})")
+        named = str(where)
+    return StoreUnavailable(kind, f"{advice(kind, where)} ({_words(exc)})", named)
+
+
+def probe_directory(kind: str, where: str, min_free: int) -> None:
+    """Raise the OSError that `where` still has for a fault of `kind`
+    (read-only, full, failing), or return if it can be written again: its
+    filesystem's flags and free space, then a small file written, synced
+    and removed (a kernel that turned a filesystem read-only after an error
+    need not say so in its flags)."""
+    directory = Path(where)
+    while not directory.is_dir() and directory != directory.parent:
+        directory = directory.parent  # removed since (a pruned run's directory)
+    space = os.statvfs(directory)
+    if space.f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), where)
+    if kind == "disk-full" and space.f_bavail * space.f_frsize < min_free:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where)
+    probe = directory / f".wfsched-probe-{os.getpid()}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, b"probe\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
 
 
 def classify(exc: BaseException, store_root: Path) -> StoreUnavailable | None:
