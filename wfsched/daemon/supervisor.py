@@ -40,7 +40,7 @@ from wfsched.domain.timeutil import (
     occurrence_id,
     wall_clock,
 )
-from wfsched.errors import ConflictError, StoreConnectionLost, StoreUnavailable, WfschedError
+from wfsched.errors import ConflictError, StoreUnavailable, WfschedError
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
@@ -638,7 +638,7 @@ class Supervisor:
                     late_reason=late_reason,
                 )
                 return self._persist(row, defn, decision, now)
-        except (StoreUnavailable, StoreConnectionLost):
+        except StoreUnavailable:  # a lost connection too
             raise  # a resource fault or a lost store is the tick's, never this schedule's
         except (WfschedError, ValueError, KeyError, TypeError) as exc:
             self.block(row.id, f"cannot decide: {exc}")
@@ -1246,7 +1246,7 @@ class Supervisor:
         if watch.ending is None:
             try:
                 found = self._look(watch, reaped)
-            except (StoreUnavailable, StoreConnectionLost):
+            except StoreUnavailable:  # a lost connection too
                 raise
             except (RecordError, OSError) as exc:
                 if isinstance(exc, OSError) and classify(exc, self.store.root) is not None:
