@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json
+from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
 from tests.pgserver import PostgresServer
 from tests.test_resource_faults import (
     _command_running,
@@ -229,6 +229,14 @@ def test_the_server_out_of_disk_is_an_episode_that_ends_when_space_is_freed(
         assert "could not extend file" in line, line
         fault = wfsched_json(url, "status")["supervisor"]["fault"]
         assert fault["kind"] == "disk-full" and fault["since"], fault
+        extra = write_definition(
+            tmp_path / "more", "extra", f'id = "extra"\n{one_shot(utc_in(3600), "true", bulky)}'
+        )
+        refused = wfsched(url, "create", str(extra))
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "is out of disk space: free space in" in refused.stderr
+        assert "Error" not in refused.stderr and "Traceback" not in refused.stderr
+        assert wfsched(url, "get", "extra").returncode == 3  # nothing written
         wait_for(lambda: not _command_running("sleep 4.303; exit 6"), what="long's command")
         _wait_past_latest(tmp_path / "defs", 3)
         assert daemon.proc.poll() is None
