@@ -25,6 +25,7 @@ import pytest
 
 from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
 from tests.pgserver import PostgresServer
+from tests.test_metrics_daemon import metrics_url, value
 from tests.test_resource_faults import (
     _command_running,
     _run,
@@ -116,8 +117,9 @@ def test_a_server_down_for_a_while_is_an_episode_and_late_instants_are_store_una
 ) -> None:
     hook_out = tmp_path / "hook.txt"
     hook_config(pg_url, hook_out)
-    daemon = Daemon(pg_url)
+    daemon = Daemon(pg_url, "--metrics", "127.0.0.1:0")
     daemon.wait_started()
+    scrape = metrics_url(daemon)
     stopped = False
     try:
         apply(
@@ -136,6 +138,11 @@ def test_a_server_down_for_a_while_is_an_episode_and_late_instants_are_store_una
         refused = wfsched(pg_url, "list")
         assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
         assert "pg_isready" in refused.stderr and "Error" not in refused.stderr
+        # The metrics are served without the store: the alert can fire.
+        wait_for(
+            lambda: value(scrape, "wfsched_resource_fault", kind="unreachable") == 1.0,
+            what="the fault gauge",
+        )
         wait_for(lambda: not _command_running("sleep 2.202; exit 5"), what="long's command")
         _wait_past_latest(tmp_path / "defs", 3)
         assert daemon.proc.poll() is None
@@ -156,6 +163,8 @@ def test_a_server_down_for_a_while_is_an_episode_and_late_instants_are_store_una
         ledger = assert_ledger_complete(pg_url, ["long", "t1", "late"])
         assert ledger["late"] == ("skipped-misfire", "store-unavailable")
         cleared = assert_episode(daemon, "unreachable", "pg_isready")
+        assert value(scrape, "wfsched_resource_fault", kind="unreachable") == 0.0
+        assert value(scrape, "wfsched_resource_fault_episodes_total", kind="unreachable") == 1.0
         print(f"\nMEASURE pg-unreachable: {cleared}")
         assert_committed_logs(daemon, pg_url)  # type: ignore[arg-type]
         assert_hook_fired_once(hook_out, "unreachable")
