@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
-from tests.pgserver import PostgresServer
+from tests.pgserver import PostgresServer, dbname
 from tests.test_metrics_daemon import metrics_url, value
 from tests.test_resource_faults import (
     _command_running,
@@ -39,7 +39,9 @@ from tests.test_resource_faults import (
     one_shot,
     runs,
 )
+from wfsched.errors import StoreError
 from wfsched.store.location import resolve_store
+from wfsched.store.postgres import PostgresStore
 
 
 def hook_config(url: str, out: Path) -> None:
@@ -276,3 +278,30 @@ def test_the_server_out_of_disk_is_an_episode_that_ends_when_space_is_freed(
     finally:
         (disk / "filler").unlink(missing_ok=True)
         assert daemon.stop() == 0
+
+
+def test_the_space_probe_needs_no_temporary_tables(pg_server: PostgresServer, pg_url: str) -> None:
+    """A role that may not create temporary tables: the server-side space
+    check is skipped (the probe's durable write decides), never a probe
+    that fails forever and an episode that never ends."""
+    name = dbname(pg_url)
+    role = f"notemp_{secrets.token_hex(3)}"
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")  # type: ignore[arg-type]
+        admin.execute(f'REVOKE TEMPORARY ON DATABASE "{name}" FROM PUBLIC')  # type: ignore[arg-type]
+        admin.execute(f'GRANT CONNECT, CREATE ON DATABASE "{name}" TO {role}')  # type: ignore[arg-type]
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        owner.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {role}")  # type: ignore[arg-type]
+    url = pg_url.replace("wfsched_test@", f"{role}@", 1)
+    store = PostgresStore(resolve_store(url))
+    try:
+        with pytest.raises(StoreError, match="permission denied"), store.atomic():
+            store._raw("CREATE TEMP TABLE t (x int)")
+        store.probe_space(256 * 1024)
+        with store.atomic():
+            store.set_meta(probe="1")
+    finally:
+        store.close()
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+            admin.execute(f"DROP ROLE {role}")  # type: ignore[arg-type]

@@ -38,7 +38,13 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from wfsched.errors import ConflictError, NotFoundError, StoreConnectionLost, StoreError
+from wfsched.errors import (
+    ConflictError,
+    NotFoundError,
+    StoreConnectionLost,
+    StoreError,
+    StoreUnavailable,
+)
 from wfsched.store.audit_queries import normalize_sql
 from wfsched.store.copying import BATCH
 from wfsched.store.location import StoreLocation
@@ -140,7 +146,10 @@ class PostgresStore(SQLiteStore):
         table of `min_free` bytes in the database's default tablespace, rolled
         back. The server extends a table's file as rows arrive, so this fails
         with disk_full (53100) until that much is free where the store's
-        tables grow; a one-row update could succeed long before."""
+        tables grow; a one-row update could succeed long before. A role that
+        may not create temporary tables cannot ask this way: the probe's
+        durable write decides alone then (an episode must never outlast its
+        fault because of the probe)."""
         super().probe_space(min_free)
         rows = max(1, min_free // 1000)
         self._raw("BEGIN")
@@ -150,6 +159,10 @@ class PostgresStore(SQLiteStore):
                 "CREATE TEMP TABLE wfsched_space_probe ON COMMIT DROP AS"
                 f" SELECT repeat('x', 1000) AS filler FROM generate_series(1, {rows})"
             )
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            return
         finally:
             with suppress(psycopg.Error, StoreError):
                 self._raw("ROLLBACK")
