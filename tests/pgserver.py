@@ -88,10 +88,21 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
 
     def restart(self, mode: str = "fast") -> None:
-        """Stop (fast: every session is ended, running transactions roll
-        back) and start again with the same options."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+        """A fast shutdown (every session terminated), then a start."""
+        self.shut_down()
         self._start()
+
+    def shut_down(self) -> None:
+        """A fast shutdown: sessions terminated, the server gone until `start_again`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def start_again(self) -> None:
+        self._start()
+
+    @property
+    def as_user(self) -> list[str]:
+        """The prefix that runs a command as the server's user (empty unless root)."""
+        return list(self._as_user)
 
     def stop(self) -> None:
         try:

@@ -22,7 +22,7 @@ from tests.test_supervisor_loop import T0, Harness, iso
 from wfsched.api.status import status
 from wfsched.daemon.supervisor import Supervisor, SupervisorConfig
 from wfsched.domain.tickerrors import FAULT_BACKOFF_FIRST, FAULT_BACKOFF_MAX
-from wfsched.errors import StoreUnavailable
+from wfsched.errors import ConflictError, StoreConnectionLost, StoreUnavailable
 from wfsched.faults import InjectedFault
 from wfsched.process.launcher import SpawnRefused, _LogCap
 from wfsched.store import open_store
@@ -139,6 +139,90 @@ def test_the_first_probe_waits_for_the_backoff(h: Harness, monkeypatch: pytest.M
     assert events(h, "fault-cleared") == []
     h.tick_at(T0 - 10 + FAULT_BACKOFF_FIRST)
     assert len(events(h, "fault-cleared")) == 1
+
+
+def connection_lost(h: Harness, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A networked store whose server went away: every statement fails as
+    a lost connection until `down` is lowered; `ensure_connected` then
+    reconnects once (or, with `taken`, finds another supervisor owning it)."""
+    state: dict[str, Any] = {"down": True, "broken": True, "reconnects": 0, "taken": False}
+    message = f"store {h.store.display}: connection lost: server closed the connection"
+    real_atomic, real_touch = h.store.atomic, h.store.touch_meta
+
+    def atomic() -> Any:
+        if state["down"] or state["broken"]:
+            raise StoreConnectionLost(message)
+        return real_atomic()
+
+    def touch_meta(**values: str) -> None:
+        if state["down"] or state["broken"]:
+            raise StoreConnectionLost(message)
+        real_touch(**values)
+
+    def ensure_connected() -> bool:
+        if not state["broken"]:
+            return False
+        if state["down"]:
+            raise StoreConnectionLost(f"cannot connect to store {h.store.display}: refused")
+        if state["taken"]:
+            raise ConflictError("another supervisor owns this store")
+        state["broken"] = False
+        state["reconnects"] += 1
+        return True
+
+    monkeypatch.setattr(h.store, "atomic", atomic)
+    monkeypatch.setattr(h.store, "touch_meta", touch_meta)
+    monkeypatch.setattr(h.store, "ensure_connected", ensure_connected)
+    return state
+
+
+def test_a_lost_connection_is_an_episode_that_reconnects_by_itself(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PostgreSQL server restarted or out of reach: one `unreachable`
+    episode (log, STATUS=, fault file, hook once), nothing admitted, probes
+    that reconnect with backoff, then the instants due meanwhile judged by
+    lateness (`store-unavailable`). It used to escape the tick."""
+    h.define("b", '[policy]\nlateness = "5s"\n', cron="0 * * * *")
+    notes = Notes()
+    h.supervisor = supervisor(h, notes)
+    h.tick_at(T0 - 10)
+    state = connection_lost(h, monkeypatch)
+    h.tick_at(T0 - 5)
+    for second in range(0, 30):
+        h.tick_at(T0 + second)
+    assert h.run_ids() == []
+    (opened,) = events(h, "fault")
+    assert opened["kind"] == "unreachable" and "connection lost" in str(opened["reason"])
+    assert events(h, "tick-error") == []
+    assert any(note.startswith("STATUS=fault since") for note in notes.sent)
+    published = read_fault(h.store.root, os.getpid())
+    assert published is not None and published["kind"] == "unreachable"
+    hooks = [spec for spec, _ in h.control.spawned if spec.run_id == "fault-notify"]
+    assert [spec.env["WFSCHED_FAULT_KIND"] for spec in hooks] == ["unreachable"]
+    episode = h.supervisor.errors.episode
+    assert episode is not None and 3 <= episode.probes <= 7
+    state["down"] = False
+    h.tick_at(T0 + 30 + FAULT_BACKOFF_MAX)
+    assert state["reconnects"] == 1
+    (cleared,) = events(h, "fault-cleared")
+    assert cleared["kind"] == "unreachable"
+    assert read_fault(h.store.root, os.getpid()) is None
+    assert h.run_ids() == ["run-000001"]
+    assert h.history("b") == [(iso(T0), "skipped-misfire", "store-unavailable")]
+
+
+def test_a_store_taken_while_the_connection_was_lost_stops_the_supervisor(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h.supervisor = supervisor(h)
+    h.tick_at(T0 - 10)
+    state = connection_lost(h, monkeypatch)
+    h.tick_at(T0 - 5)
+    state.update(down=False, taken=True)
+    with pytest.raises(ConflictError):
+        h.tick_at(T0 + FAULT_BACKOFF_MAX)
+    assert h.run_ids() == []
 
 
 def test_admitted_is_logged_only_after_the_admission_commits(h: Harness) -> None:

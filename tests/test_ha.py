@@ -430,7 +430,7 @@ def test_store_outages_with_a_standby_waiting(
         create_all(pg_url, tmp_path / "defs")
         wait_for(lambda: marker.exists(), what="the first run")
         assert pg_server.terminate(dbname=name) >= 2
-        wait_for(lambda: "store-reconnected" in first.text() + second.text(), timeout=30)
+        wait_for(lambda: " fault-cleared " in first.text() + second.text(), timeout=30)
         pg_server.restart("fast")
         with psycopg.connect(pg_server.url(), autocommit=True) as admin:
             admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')

@@ -21,7 +21,8 @@ from wfsched.daemon.metrics_server import MetricsServer
 from wfsched.daemon.supervisor import Supervisor
 from wfsched.domain.config import Listen, SupervisorConfig, parse_listen
 from wfsched.domain.definition import parse_definition
-from wfsched.errors import UsageError
+from wfsched.domain.tickerrors import FAULT_KINDS
+from wfsched.errors import StoreUnavailable, UsageError
 from wfsched.store import SQLiteStore
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
@@ -444,3 +445,45 @@ def test_a_family_over_several_chunks_renders_as_a_fresh_one() -> None:
     text = keyed.render(latest)
     assert same_samples(text, _Keyed(_gauge("wfsched_x_seconds", "x")).render(latest))
     assert b'{schedule="s0001"}' not in text and b'{schedule="new"} 7.0' in text
+
+
+def fault_samples(snap: Snapshot) -> dict[tuple[str, str], float]:
+    text = Renderer().render(snap).decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("wfsched_resource_fault"):
+                found[(sample.name, sample.labels["kind"])] = sample.value
+    return found
+
+
+def test_a_fault_episode_is_a_gauge_by_kind_and_a_counter(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gauge is 1 for the open episode's kind only (every kind is always
+    exported, so the label's values are bounded and known), from the
+    moment it opens; the counter counts episodes, not failed probes."""
+    h.define("ok")
+    h.tick_at(T0 - 20)
+    full = StoreUnavailable("disk-full", "the store's filesystem is full: free space under /s")
+
+    def refuse(**_: str) -> None:
+        raise full
+
+    monkeypatch.setattr(h.store, "touch_meta", refuse)
+    monkeypatch.setattr(h.store, "set_meta", refuse)
+    snap = h.tick_at(T0 - 19)
+    samples = fault_samples(snap)
+    assert {kind for _, kind in samples} == set(FAULT_KINDS)
+    assert samples[("wfsched_resource_fault", "disk-full")] == 1.0
+    assert sum(v for (name, _), v in samples.items() if name == "wfsched_resource_fault") == 1.0
+    assert samples[("wfsched_resource_fault_episodes_total", "disk-full")] == 1.0
+    for second in range(-18, 0):
+        snap = h.tick_at(T0 + second)  # failing probes: the same episode
+    assert fault_samples(snap)[("wfsched_resource_fault_episodes_total", "disk-full")] == 1.0
+    monkeypatch.undo()
+    snap = h.tick_at(T0 + 30)
+    samples = fault_samples(snap)
+    assert samples[("wfsched_resource_fault", "disk-full")] == 0.0
+    assert samples[("wfsched_resource_fault_episodes_total", "disk-full")] == 1.0
+    assert snap.fault_kind is None

@@ -222,6 +222,10 @@ CASES: list[dict[str, Any]] = [
             },
             series("up", "0x10"),
             series("wfsched_leader", "0x10", host="a"),
+            # A disk-full episode from 1m on; an unreachable one over in a minute.
+            series("wfsched_resource_fault", "0 1 1 1 1 1 1 1 1 1", kind="disk-full"),
+            series("wfsched_resource_fault", "0 1 0 0 0 0 0 0 0 0", kind="unreachable"),
+            series("wfsched_resource_fault", "0x10", kind="locked"),
         ],
         "alert_rule_test": [
             expect("WfschedRunOverdue", "1m"),
@@ -241,6 +245,8 @@ CASES: list[dict[str, Any]] = [
             expect("WfschedSupervisorStalled", "4m", TARGET),
             expect("WfschedSupervisorDown", "3m", TARGET),
             expect("WfschedNoLeader", "3m", {}),
+            expect("WfschedResourceFault", "1m"),
+            expect("WfschedResourceFault", "3m", {**TARGET, "kind": "disk-full"}),
         ],
     },
     {

@@ -254,8 +254,9 @@ def test_the_supervisor_rides_out_a_lost_connection_and_logs_the_outage(
     pg_server: PostgresServer, pg_url: str, tmp_path: Path
 ) -> None:
     """pg_terminate_backend of the supervisor's session while connections are
-    refused for a while: it reconnects, retakes ownership, logs the outage with
-    its duration, and afterwards admits and completes runs; audit is clean."""
+    refused for a while: a fault episode (kind unreachable) that reconnects,
+    retakes ownership, logs its end with its duration, and afterwards admits
+    and completes runs; audit is clean."""
     out = tmp_path / "out"
     daemon = Daemon(pg_url)
     try:
@@ -265,15 +266,15 @@ def test_the_supervisor_rides_out_a_lost_connection_and_logs_the_outage(
             admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
             try:
                 assert pg_server.terminate(dbname=name) >= 1
-                wait_for(lambda: "store-unavailable" in daemon.text(), what="the outage log")
+                wait_for(lambda: " fault kind=unreachable" in daemon.text(), what="the fault line")
                 refused = wfsched(pg_url, "list")
                 assert refused.returncode == 1 and refused.stderr.count("\n") == 1
             finally:
                 admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        wait_for(lambda: "store-reconnected" in daemon.text(), timeout=30, what="reconnection")
+        wait_for(lambda: " fault-cleared " in daemon.text(), timeout=30, what="reconnection")
         assert daemon.proc.poll() is None
-        line = next(x for x in daemon.text().splitlines() if "store-reconnected" in x)
-        assert "outage=" in line
+        line = next(x for x in daemon.text().splitlines() if " fault-cleared " in x)
+        assert "kind=unreachable" in line and "duration=" in line
         # Leading again (its lease, renewed on a connection of its own).
         wait_for(
             lambda: leader_pid(pg_url) == daemon.proc.pid,
@@ -329,7 +330,7 @@ def test_a_supervisor_that_finds_its_store_taken_after_an_outage_stops(
                 admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
             assert daemon.wait_exit(timeout=30) == 4
         assert "the store is being copied" in daemon.text()
-        assert "store-unavailable" in daemon.text()
+        assert " fault kind=unreachable" in daemon.text()
     finally:
         daemon.kill()
 

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -476,6 +477,227 @@ def test_read_only_after_a_filesystem_error(ext4_store: tuple[Path, Path], tmp_p
     finally:
         daemon.kill()
         _run("pkill", "-f", "sleep 2.105")
+
+
+def set_disk_failing(image: Path, failing: bool) -> None:
+    """Make the store's disk fail every write, or work again. The disk is a
+    loop device over `image`; an immutable image makes each of the loop
+    driver's writes to it fail (EPERM), which the block layer reports to the
+    filesystem above as a write I/O error, as a disk does on sectors it can
+    no longer write; reads still work, and clearing the flag is the disk
+    working again."""
+    changed = _run("chattr", "+i" if failing else "-i", str(image))
+    assert changed.returncode == 0, changed.stderr
+
+
+@pytest.fixture
+def failing_disk_store(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """The store on an ext4 image (no journal, errors=continue) inside an
+    outer ext4 image (where the immutable flag is known to work), both
+    loop-mounted; the store and its image. Without a journal a failed write
+    is an I/O error the filesystem reports and survives; with one, ext4
+    would abort the journal and turn read-only (the read-only test's case)."""
+    _need_root()
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr (e2fsprogs) is not installed")
+    outer_image, outer, store = tmp_path / "outer.img", tmp_path / "outer", tmp_path / "store"
+    outer.mkdir()
+    store.mkdir()
+    with open(outer_image, "wb") as handle:
+        handle.truncate(128 << 20)
+    made = _run("mkfs.ext4", "-q", "-F", str(outer_image))
+    if made.returncode != 0:
+        pytest.skip(f"cannot make an ext4 image: {made.stderr.strip()}")
+    mounted = _run("mount", "-o", "loop", str(outer_image), str(outer))
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image: {mounted.stderr.strip()}")
+    image = outer / "store.img"
+    try:
+        with open(image, "wb") as handle:
+            handle.truncate(64 << 20)
+        made = _run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", str(image))
+        assert made.returncode == 0, made.stderr
+        mounted = _run("mount", "-o", "loop,errors=continue", str(image), str(store))
+        assert mounted.returncode == 0, mounted.stderr
+        try:
+            os.chmod(store, 0o700)
+            yield store, image
+        finally:
+            _run("chattr", "-i", str(image))
+            _run("umount", "-l", str(store))
+    finally:
+        _run("umount", "-l", str(outer))
+
+
+def test_io_errors_of_the_store_disk_are_ridden_out_and_every_exit_code_recorded(
+    failing_disk_store: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A real EIO: the store's disk fails every write (SQLite's fsync and the
+    kernel's writeback report EIO), then works again. (A device-mapper
+    `error` or `flakey` target would do the same; the loop device needs no
+    device-mapper in the kernel.)"""
+    store, image = failing_disk_store
+    hook_out = tmp_path / "hook.txt"
+    (store / "config.toml").write_text(
+        f"on_failure = ['sh', '-c', 'echo \"$WFSCHED_EVENT $WFSCHED_FAULT_KIND\" >> {hook_out}']\n"
+    )
+    daemon = Daemon(store)
+    daemon.wait_started()
+    failing = False
+    try:
+        apply(
+            store,
+            tmp_path / "defs",
+            {
+                "long": one_shot(utc_in(1), "sleep 2.106; exit 8"),
+                "t1": one_shot(utc_in(4), "echo one"),
+                "late": one_shot(utc_in(4), "echo late", '[policy]\nlateness = "1s"\n'),
+            },
+        )
+        wait_for(lambda: "started run=run-000001" in daemon.text(), what="long to start")
+        set_disk_failing(image, True)
+        failing = True
+        wait_for(lambda: events(daemon, "fault"), timeout=20, what="the fault line")
+        (line,) = events(daemon, "fault")
+        assert "kind=io-error" in line and "I/O error on the store's disk under" in line, line
+        assert "dmesg" in line, line
+        assert wfsched_json(store, "status")["supervisor"]["fault"]["kind"] == "io-error"
+        wait_for(lambda: not _command_running("sleep 2.106; exit 8"), what="long's command")
+        _wait_past_latest(tmp_path / "defs", 3)
+        assert daemon.proc.poll() is None
+        set_disk_failing(image, False)
+        failing = False
+        wait_for(lambda: events(daemon, "fault-cleared"), timeout=30, what="the episode's end")
+        wait_for(
+            lambda: (
+                {r["schedule_id"]: r["state"] for r in runs(store)}
+                == {"long": "failed", "t1": "completed"}
+            ),
+            timeout=30,
+            what="both runs to end",
+        )
+        long = next(r for r in runs(store) if r["schedule_id"] == "long")
+        assert long["exit_code"] == 8
+        late = wfsched_json(store, "occurrences", "late")["items"]
+        assert [(row["state"], row["reason"]) for row in late] == [
+            ("skipped-misfire", "store-unavailable")
+        ]
+        cleared = assert_episode(daemon, "io-error", "I/O error on the store's disk")
+        print(f"\nMEASURE io-error: {cleared}")
+        assert_committed_logs(daemon, store)
+        wait_for(lambda: hook_out.exists() and "fault io-error" in hook_out.read_text())
+        assert hook_out.read_text().count("fault ") == 1
+        assert_audit_clean(store)
+        assert daemon.proc.poll() is None
+    finally:
+        if failing:
+            set_disk_failing(image, False)
+        assert daemon.stop() == 0
+
+
+@pytest.fixture
+def runs_tmpfs_store(tmp_path: Path) -> Iterator[Path]:
+    """A store whose run directories are a filesystem of their own (a tmpfs
+    mounted at <store>/runs, as operations.md recommends)."""
+    _need_root()
+    store = tmp_path / "store"
+    (store / "runs").mkdir(parents=True, mode=0o700)
+    runs_fs = store / "runs"
+    mounted = _run("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(runs_fs))
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield store
+    finally:
+        _run("umount", "-l", str(runs_fs))
+
+
+def test_run_directories_remounted_read_only_then_read_write(
+    runs_tmpfs_store: Path, tmp_path: Path
+) -> None:
+    """The run directories' filesystem remounted read-only, then read-write
+    again, with instants falling due meanwhile: one read-only episode (not
+    one per probe: the probe checks the filesystem that failed, not only the
+    database), ended by itself once it is writable; nothing admitted that
+    was not recorded, every instant in the ledger, audit clean.
+
+    Linux refuses to remount a filesystem read-only while a process holds a
+    file open for writing on it (EBUSY), so the remount happens while no run
+    executes: the supervisor's database, or a running job's logs, cannot be
+    remounted under them (the kernel's emergency read-only after an error is
+    the other test's case)."""
+    store = runs_tmpfs_store
+    runs_fs = store / "runs"
+    hook_out = tmp_path / "hook.txt"
+    (store / "config.toml").write_text(
+        f"on_failure = ['sh', '-c', 'echo \"$WFSCHED_EVENT $WFSCHED_FAULT_KIND\" >> {hook_out}']\n"
+    )
+    daemon = Daemon(store)
+    daemon.wait_started()
+    read_only = False
+    try:
+        apply(store, tmp_path / "defs", {"first": one_shot(utc_in(1), "exit 3")})
+        wait_for(lambda: "failed run=run-000001" in daemon.text(), what="first to end")
+        # Refused (busy) while anything still holds a file there open for writing.
+        wait_for(
+            lambda: _run("mount", "-o", "remount,ro", str(runs_fs)).returncode == 0,
+            what="the run directories' filesystem to remount read-only",
+        )
+        read_only = True
+        apply(
+            store,
+            tmp_path / "defs",
+            {
+                "t1": one_shot(utc_in(2), "echo one"),
+                "t2": one_shot(utc_in(5), "echo two"),
+                "late": one_shot(utc_in(5), "echo late", '[policy]\nlateness = "1s"\n'),
+            },
+        )
+        # t1 is admitted (the database is fine) and cannot launch: its run
+        # directory cannot be made. t2 and late fall due during the episode.
+        wait_for(lambda: events(daemon, "fault"), timeout=20, what="the fault line")
+        (line,) = events(daemon, "fault")
+        assert "kind=read-only" in line and f"remount {runs_fs} read-write" in line, line
+        assert wfsched_json(store, "status")["supervisor"]["fault"]["kind"] == "read-only"
+        _wait_past_latest(tmp_path / "defs", 3)
+        assert daemon.proc.poll() is None
+        assert len(events(daemon, "fault")) == 1, daemon.text()  # one episode, not flapping
+        assert {r["schedule_id"]: r["state"] for r in runs(store)} == {
+            "first": "failed",
+            "t1": "admitted",  # held, not failed and not started
+        }
+        remounted = _run("mount", "-o", "remount,rw", str(runs_fs))
+        assert remounted.returncode == 0, remounted.stderr
+        read_only = False
+        wait_for(lambda: events(daemon, "fault-cleared"), timeout=30, what="the episode's end")
+        wait_for(
+            lambda: (
+                {r["schedule_id"]: r["state"] for r in runs(store)}
+                == {"first": "failed", "t1": "completed", "t2": "completed"}
+            ),
+            timeout=30,
+            what="t1 and t2 to run",
+        )
+        first = next(r for r in runs(store) if r["schedule_id"] == "first")
+        assert first["exit_code"] == 3
+        late = wfsched_json(store, "occurrences", "late")["items"]
+        assert [(row["state"], row["reason"]) for row in late] == [
+            ("skipped-misfire", "store-unavailable")
+        ]
+        for name in ("t1", "t2"):
+            assert len(wfsched_json(store, "occurrences", name)["items"]) == 1
+            assert len(next(r for r in runs(store) if r["schedule_id"] == name)["attempts"]) == 1
+        cleared = assert_episode(daemon, "read-only", "is read-only: repair it and remount")
+        print(f"\nMEASURE read-only: {cleared}")
+        assert_committed_logs(daemon, store)
+        wait_for(lambda: hook_out.exists() and "fault read-only" in hook_out.read_text())
+        assert hook_out.read_text().count("fault ") == 1
+        assert_audit_clean(store)
+        assert daemon.proc.poll() is None
+    finally:
+        if read_only:
+            _run("mount", "-o", "remount,rw", str(runs_fs))
+        assert daemon.stop() == 0
 
 
 def test_run_output_is_capped_at_max_log_bytes_keeping_the_tail(tmp_path: Path) -> None:

@@ -85,15 +85,18 @@ class StoreUnavailable(StoreError):
 
     A resource fault: the operation failed (exit 1) and may succeed when the
     operator has fixed the cause, which the message names. `kind` is one of
-    `disk-full`, `read-only`, `io-error`, `locked`, `fd-limit`,
+    `disk-full`, `read-only`, `io-error`, `locked`, `unreachable`, `fd-limit`,
     `process-limit`, `no-memory` (the supervisor's fault episodes use it).
     """
 
     exit_code = 1
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, where: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.where = where
+        """The directory whose filesystem failed, when the system named it (a
+        run directory may live on another filesystem than the database)."""
 
 
 class CalendarError(WfschedError, ValueError):
@@ -136,14 +139,18 @@ class EndOfTime(CalendarExhausted):
     """
 
 
-class StoreConnectionLost(StoreError):
+class StoreConnectionLost(StoreUnavailable):
     """The store's database cannot be reached or the connection was lost (exit 1).
 
-    Raised by a networked store (PostgreSQL); the supervisor rides it out by
-    reconnecting, a command reports it as its one line. Distinct from
-    `StoreUnavailable` (a resource fault of a store that is still connected),
-    which the supervisor rides out as a fault episode instead.
+    Raised by a networked store (PostgreSQL): the server restarted, stopped,
+    refuses connections or cannot be reached. A resource fault of kind
+    `unreachable`: the supervisor rides it out as a fault episode (it
+    reconnects, with backoff, and takes ownership again), a command reports
+    it as its one line.
     """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unreachable", message)
 
 
 class LeaseLost(WfschedError):

@@ -24,7 +24,7 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from prometheus_client.utils import floatToGoString
 from wfsched.api.views import stored_document
 from wfsched.daemon.observe import Observer
 from wfsched.domain.calendar import CronCalendar, normalize_cron
+from wfsched.domain.tickerrors import FAULT_KINDS
 from wfsched.domain.timeutil import Clock, wall_clock
 from wfsched.errors import WfschedError
 
@@ -127,6 +128,10 @@ class Snapshot:
     run_duration: Published
     seq: int = 0
     """Publishes before this one: a renderer tells how far behind it is."""
+    fault_kind: str | None = None
+    """The kind of the open resource-fault episode, if one is open."""
+    fault_episodes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Resource-fault episodes since this supervisor started, by kind."""
 
 
 SCHEDULE_GAUGES = {
@@ -284,6 +289,8 @@ class Metrics(Observer):
         """Why the last tick's store reads failed, if they did."""
         self._leading = True
         self._epoch = 0
+        self._fault_kind: str | None = None
+        self._fault_episodes = dict.fromkeys(FAULT_KINDS, 0)
         self.on_publish: Callable[[], None] | None = None
         """Called (loop thread) after each publish: wakes the metrics renderer."""
         self._seq = 0
@@ -368,6 +375,17 @@ class Metrics(Observer):
 
     def run_ended(self, seq: int) -> None:
         self._ended.append(seq)
+
+    def fault_opened(self, kind: str) -> None:
+        # Published at once: during a store fault the loop's next publish
+        # comes only after a failing probe, and the alert must not wait.
+        self._fault_kind = kind
+        self._fault_episodes[kind] = self._fault_episodes.get(kind, 0) + 1
+        self._publish()
+
+    def fault_closed(self) -> None:
+        self._fault_kind = None
+        self._publish()
 
     # -- folding committed facts in --------------------------------------------------
 
@@ -524,6 +542,8 @@ class Metrics(Observer):
             ),
             run_duration=self._durations.publish(),
             seq=self._seq,
+            fault_kind=self._fault_kind,
+            fault_episodes=MappingProxyType(dict(self._fault_episodes)),
         )
         self._seq += 1
         if self.on_publish is not None:

@@ -27,6 +27,7 @@ from prometheus_client.core import (
 )
 
 from wfsched.daemon.metrics import SCHEDULE_GAUGES, Buckets, Published, Snapshot
+from wfsched.domain.tickerrors import FAULT_KINDS
 
 
 class _One:
@@ -297,6 +298,21 @@ def _scalars(snapshot: Snapshot) -> list[Metric]:
             snapshot.poll_interval,
         ),
     ]
+    fault = GaugeMetricFamily(
+        "wfsched_resource_fault",
+        "1 while the supervisor is in a resource-fault episode of this kind (it admits and"
+        " launches nothing it cannot record), else 0.",
+        labels=["kind"],
+    )
+    episodes = CounterMetricFamily(
+        "wfsched_resource_fault_episodes",
+        "Resource-fault episodes since this supervisor started, by kind.",
+        labels=["kind"],
+    )
+    for kind in FAULT_KINDS:
+        fault.add_metric([kind], 1.0 if snapshot.fault_kind == kind else 0.0)
+        episodes.add_metric([kind], snapshot.fault_episodes.get(kind, 0))
+    metrics.extend((fault, episodes))
     if snapshot.last_tick_at is not None:
         metrics.append(
             gauge(

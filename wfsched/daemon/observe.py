@@ -33,3 +33,9 @@ class Observer:
 
     def run_ended(self, seq: int) -> None:
         """This run's end (or interruption) was committed."""
+
+    def fault_opened(self, kind: str) -> None:
+        """A resource-fault episode of this kind began (one call per episode)."""
+
+    def fault_closed(self) -> None:
+        """The open resource-fault episode ended."""

@@ -10,7 +10,6 @@ loop can be driven in tests with a fake launcher and an injected clock.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import signal
@@ -42,7 +41,7 @@ from wfsched.domain.timeutil import (
     occurrence_id,
     wall_clock,
 )
-from wfsched.errors import LeaseLost, StoreConnectionLost, StoreUnavailable, WfschedError
+from wfsched.errors import ConflictError, LeaseLost, StoreUnavailable, WfschedError
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
@@ -68,7 +67,7 @@ from wfsched.store import (
     run_id,
 )
 from wfsched.store.ownership import Ownership
-from wfsched.store.resource_faults import classify
+from wfsched.store.resource_faults import classify, probe_directory
 from wfsched.store.rows import Invocation
 from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
@@ -93,9 +92,6 @@ ABANDONED = (
     " may have started, so external effects may already have happened. Not retried"
 )
 LAUNCH_CHUNK = 64
-OUTAGE_FIRST_RETRY = 0.5
-OUTAGE_MAX_RETRY = 10.0
-"""Seconds between reconnection attempts while the store is unreachable (doubling)."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
 _DURING_FAULTS = ("watch", "metrics")
@@ -258,6 +254,8 @@ class Supervisor:
         self._hook_pids: list[int] = []
         """Pids the launcher reported that are no runs' (hooks'), kept while
         a store fault episode holds their outcomes back."""
+        self._resynchronise_owed = False
+        """The probe reconnected to the store: resynchronise once the episode ends."""
         self._deferred: list[tuple[str, dict[str, Any]]] | None = None
         """Log lines of the admission transaction, written once it committed."""
         self.draining = False
@@ -317,59 +315,32 @@ class Supervisor:
         watchdog_due = time.monotonic()
         while not self.stop_requested:
             tick_started = time.monotonic()
-            try:
-                self.tick()
-                self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
-                if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
-                    self.notifier.send("WATCHDOG=1")
-                    watchdog_due = time.monotonic() + self.notifier.watchdog_interval
-                episode = self.errors.episode
-                timing: tuple[float, bool] | None
-                if episode is not None and episode.holds_store:
-                    left = max(0.0, episode.retry_at - self.clock())
-                    timing = (min(self.config.poll_interval, left), False)
-                else:
-                    timing = self._phase("next-due", self._sleep_seconds)
-                self._wait_until_due(waiter, *(timing or (self.config.poll_interval, False)))
-            except StoreConnectionLost as exc:
-                self.ride_out_outage(exc)
+            self.tick()
+            self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
+            if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
+                self.notifier.send("WATCHDOG=1")
+                watchdog_due = time.monotonic() + self.notifier.watchdog_interval
+            episode = self.errors.episode
+            timing: tuple[float, bool] | None
+            if episode is not None and episode.holds_store:
+                left = max(0.0, episode.retry_at - self.clock())
+                timing = (min(self.config.poll_interval, left), False)
+            else:
+                timing = self._phase("next-due", self._sleep_seconds)
+            self._wait_until_due(waiter, *(timing or (self.config.poll_interval, False)))
         self.drain()
         self.leadership.stop(release=True)
         waiter.close()
         self._waiter = None
         self.leadership.close()
 
-    def ride_out_outage(self, lost: StoreConnectionLost) -> None:
-        """The store's database went away (a networked store): reconnect with
-        backoff, take ownership again, then resynchronise from the store.
-
-        Nothing is admitted or launched meanwhile, and nothing after it rests
-        on what the supervisor believed before: a transaction whose COMMIT
-        failed may or may not have happened, so the store is read again (runs
-        marked running that no watch covers get recovery's verdict, admitted
-        runs are looked up again). Runs already executing go on; their exits
-        wait in their run directories. Another supervisor holding the store
-        by then is a ConflictError: this one stops."""
-        started = time.monotonic()
-        self.log("store-unavailable", reason=str(lost))
-        delay = OUTAGE_FIRST_RETRY
-        while not self.stop_requested:
-            self._wait(delay)
-            try:
-                self.store.reconnect()
-                # The re-read belongs to the reconnection: a connection lost
-                # again meanwhile (a database restarting) is the same outage.
-                self.resynchronise()
-            except StoreConnectionLost:
-                delay = min(delay * 2, OUTAGE_MAX_RETRY)
-                continue
-            break
-        else:
-            return
-        self.log("store-reconnected", outage=f"{time.monotonic() - started:.3f}s")
-
     def resynchronise(self) -> None:
-        """After an outage: what the store says, not what memory says."""
+        """After the connection to the store was lost (a networked store):
+        what the store says, not what memory says. A transaction whose COMMIT
+        failed may or may not have happened, so runs marked running that no
+        watch covers get recovery's verdict, and admitted runs are looked up
+        again. Runs already executing went on; their exits waited in their
+        run directories."""
         self._unlaunched = True
         for run in self.store.unfinished_runs():
             if run.state == "running" and run.seq not in self.watches and self._runs_here(run):
@@ -541,10 +512,6 @@ class Supervisor:
         self._focus = {}
         try:
             return action(*args)
-        except StoreConnectionLost:
-            # Not a phase's failure: the store is gone for every phase. The
-            # loop stops the tick and rides the outage out (ride_out_outage).
-            raise
         except LeaseLost as exc:
             # The fence rolled the transaction back: another leads now.
             self._unlaunched = True
@@ -574,13 +541,14 @@ class Supervisor:
         if fault is None:
             return False
         now = self.clock()
-        episode = self.errors.open_episode(phase, fault.kind, str(fault), now)
+        episode = self.errors.open_episode(phase, fault.kind, str(fault), now, fault.where)
         if episode is None:
             return True
         if episode.holds_store:
             # Instants decided late once it ends were late because of it.
             self._admission_failed = True
         self.log("fault", kind=fault.kind, phase=phase, reason=str(fault))
+        self.observer.fault_opened(fault.kind)
         self.notifier.send(f"STATUS=fault since {format_event(now)}: {fault}")
         problem = self.fault_file.write(episode.public())
         if problem is not None:
@@ -598,9 +566,13 @@ class Supervisor:
 
     def _probe(self) -> bool:
         """Try the faulted resource again once the backoff allows: a file
-        descriptor, free space, then a durable write to the store. Ends the
-        episode (one log line with its duration) and returns True when all
-        work."""
+        descriptor, the connection to the database (a networked store's
+        server restarted or unreachable: reconnect and take ownership again),
+        free space, then a durable write to the store. Ends the episode (one
+        log line with its duration) and returns True when all work.
+
+        Another supervisor that took the store while the connection was
+        down is a ConflictError: this one stops (it must not share it)."""
         episode = self.errors.episode
         assert episode is not None
         now = self.clock()
@@ -610,17 +582,24 @@ class Supervisor:
             if not episode.holds_store:
                 self.control.probe_fork()
             os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            if self.store.ensure_connected():
+                self._resynchronise_owed = True
             if episode.kind == "disk-full":
-                space = os.statvfs(self.store.root)
-                if space.f_bavail * space.f_frsize < PROBE_FREE_BYTES:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.store.root))
+                self.store.probe_space(PROBE_FREE_BYTES)
+            if episode.where is not None:
+                probe_directory(episode.kind, episode.where, PROBE_FREE_BYTES)
             self._stamp(durable=True)
+        except ConflictError:
+            raise
         except Exception as exc:
             fault = classify(exc, self.store.root)
             episode.failed_probe(str(fault) if fault else describe(exc), self.clock())
             self.fault_file.write(episode.public())
             return False
         self._end_episode()
+        if self._resynchronise_owed:
+            self._resynchronise_owed = False
+            self._phase("ingestion", self.resynchronise)
         return True
 
     def _end_episode(self) -> None:
@@ -636,6 +615,7 @@ class Supervisor:
             retries=ended.probes,
         )
         self.notifier.send("STATUS=supervising")
+        self.observer.fault_closed()
         self.fault_file.write(None)
         self._unlaunched = True
         self.wake_now = True
@@ -809,7 +789,7 @@ class Supervisor:
                     late_reason=late_reason,
                 )
                 return self._persist(row, defn, decision, now)
-        except (StoreUnavailable, StoreConnectionLost):
+        except StoreUnavailable:  # a lost connection too
             raise  # a resource fault or a lost store is the tick's, never this schedule's
         except (WfschedError, ValueError, KeyError, TypeError) as exc:
             self.block(row.id, f"cannot decide: {exc}")
@@ -1428,7 +1408,7 @@ class Supervisor:
         if watch.ending is None:
             try:
                 found = self._look(watch, reaped)
-            except (StoreUnavailable, StoreConnectionLost):
+            except StoreUnavailable:  # a lost connection too
                 raise
             except (RecordError, OSError) as exc:
                 if isinstance(exc, OSError) and classify(exc, self.store.root) is not None:

@@ -10,7 +10,8 @@ and the last error are published in the store's meta table (key
 sees them from another process.
 
 A resource fault (a full disk, a read-only remount, EIO, the database held
-locked past the busy timeout, exhausted file descriptors or processes;
+locked past the busy timeout, a PostgreSQL server restarted, unreachable or
+out of disk, exhausted file descriptors or processes;
 wfsched.store.resource_faults) is not counted as one more error per tick but opens a
 fault *episode*: one log line when it starts and one when it ends (with its
 duration), `status` shows it while it lasts, and meanwhile the supervisor
@@ -47,8 +48,22 @@ META_KEY = "tick_errors"
 REPEAT_LOG_INTERVAL = 60.0
 FAULT_BACKOFF_FIRST = 0.5
 FAULT_BACKOFF_MAX = 10.0
-STORE_FAULTS = frozenset({"disk-full", "read-only", "io-error", "locked", "fd-limit"})
-"""Kinds that stop every phase but watching runs; "process-limit" and
+FAULT_KINDS = (
+    "disk-full",
+    "read-only",
+    "io-error",
+    "locked",
+    "unreachable",
+    "fd-limit",
+    "process-limit",
+    "no-memory",
+)
+"""Every kind of resource fault (a bounded set: the metrics label them by kind)."""
+STORE_FAULTS = frozenset(
+    {"disk-full", "read-only", "io-error", "locked", "unreachable", "fd-limit"}
+)
+"""Kinds that stop every phase but watching runs ("unreachable": a networked
+store's server restarted, stopped or out of reach); "process-limit" and
 "no-memory" hold launches only (the store is fine, admissions go on and the
 runs wait to launch)."""
 
@@ -64,6 +79,10 @@ class Episode:
     retry_at: float
     backoff: float = FAULT_BACKOFF_FIRST
     probes: int = 0
+    where: str | None = None
+    """The directory whose filesystem failed, if the error named one: the
+    probe checks it too (run directories may be on their own filesystem,
+    which the database's probe says nothing about)."""
 
     @property
     def holds_store(self) -> bool:
@@ -99,16 +118,19 @@ class TickErrors:
     last_episode: dict[str, Any] | None = None
     """The last episode that ended: kind, error, since, ended, duration."""
 
-    def open_episode(self, phase: str, kind: str, error: str, now: float) -> Episode | None:
+    def open_episode(
+        self, phase: str, kind: str, error: str, now: float, where: str | None = None
+    ) -> Episode | None:
         """Count the fault; return the new episode, or None if one is open
         (the same episode goes on: its error is the latest one seen)."""
         self.counts[phase] = self.counts.get(phase, 0) + 1
         self.changed = True
         if self.episode is not None:
             self.episode.error = error
+            self.episode.where = self.episode.where or where
             return None
         self.episodes += 1
-        self.episode = Episode(kind, error, phase, now, now + FAULT_BACKOFF_FIRST)
+        self.episode = Episode(kind, error, phase, now, now + FAULT_BACKOFF_FIRST, where=where)
         return self.episode
 
     def close_episode(self, now: float) -> Episode | None:

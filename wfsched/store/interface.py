@@ -240,6 +240,17 @@ class Store(Protocol):
 
     def get_meta(self, key: str) -> str | None: ...
 
+    def ensure_connected(self) -> bool:
+        """Reconnect if the connection to the database was lost (True if it
+        did; an owner takes ownership again, ConflictError if another
+        supervisor holds the store by now). A fault episode's probe."""
+        ...
+
+    def probe_space(self, min_free: int) -> None:
+        """Raise the store's disk-full fault unless `min_free` bytes can be
+        written where the store keeps its data. A disk-full episode's probe."""
+        ...
+
     def supervisor_pid(self) -> int | None:
         """The pid of the supervisor owning the store, None if none does (never takes the lock)."""
         ...

@@ -20,8 +20,10 @@ unique occurrence key, the one-run-per-row key and the monotone watermark
 are enforced by the database (unique indexes and a trigger), not by this
 code.
 
-A lost connection becomes `StoreConnectionLost`: one line naming the store by
-its URL without password, never the driver's exception class.
+A lost connection becomes `StoreConnectionLost`, and the server's resource
+errors (out of disk, I/O error, read-only) `StoreUnavailable`: one line naming
+the store by its URL without password and what to do, never the driver's
+exception class. The supervisor rides both out as fault episodes.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from wfsched.errors import (
     NotFoundError,
     StoreConnectionLost,
     StoreError,
+    StoreUnavailable,
 )
 from wfsched.store.audit_queries import normalize_sql
 from wfsched.store.copying import BATCH
@@ -49,6 +52,7 @@ from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.location import StoreLocation
 from wfsched.store.pg_dialect import POSTGRES
 from wfsched.store.pg_lease import DB_NOW, LEASE_COLUMNS, PgLeaseChannel, lease_row
+from wfsched.store.resource_faults import UNREACHABLE_ADVICE, from_server
 from wfsched.store.rows import RunRow, SchemaProblem
 from wfsched.store.sqlite import LOCK_NAME, RUN_COLUMNS, RUNS_DIR, SQLiteStore
 
@@ -118,7 +122,7 @@ class PostgresStore(SQLiteStore):
             )
         except psycopg.Error as exc:
             raise StoreConnectionLost(
-                f"cannot connect to store {self.display}: {self._scrub(exc)}"
+                f"cannot connect to store {self.display}: {self._scrub(exc)}; {UNREACHABLE_ADVICE}"
             ) from None
 
     def reconnect(self) -> None:
@@ -140,6 +144,40 @@ class PostgresStore(SQLiteStore):
     def close(self) -> None:
         self._conn.close()
 
+    def ensure_connected(self) -> bool:
+        """A fault episode's probe: a new connection if the server dropped the
+        old one (restarted, stopped, terminated the session)."""
+        if not (self._conn.closed or self._conn.broken):
+            return False
+        self.reconnect()
+        return True
+
+    def probe_space(self, min_free: int) -> None:
+        """This host's run directories, then the server's disk: a temporary
+        table of `min_free` bytes in the database's default tablespace, rolled
+        back. The server extends a table's file as rows arrive, so this fails
+        with disk_full (53100) until that much is free where the store's
+        tables grow; a one-row update could succeed long before. A role that
+        may not create temporary tables cannot ask this way: the probe's
+        durable write decides alone then (an episode must never outlast its
+        fault because of the probe)."""
+        super().probe_space(min_free)
+        rows = max(1, min_free // 1000)
+        self._raw("BEGIN")
+        try:
+            self._raw("SET LOCAL temp_tablespaces = ''")
+            self._raw(
+                "CREATE TEMP TABLE wfsched_space_probe ON COMMIT DROP AS"
+                f" SELECT repeat('x', 1000) AS filler FROM generate_series(1, {rows})"
+            )
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            return
+        finally:
+            with suppress(psycopg.Error, StoreError):
+                self._raw("ROLLBACK")
+
     def _scrub(self, exc: BaseException) -> str:
         """The server's or libpq's message on one line, never holding the password."""
         text = " ".join(str(exc).split()) or "connection failed"
@@ -150,11 +188,17 @@ class PostgresStore(SQLiteStore):
 
     def _failed(self, exc: psycopg.Error) -> StoreError:
         """A driver error as the store's own: a lost or refused connection is
-        StoreConnectionLost; any other server error one line naming the store.
-        Integrity errors are not translated: they are the database refusing a
-        write, and propagate as such (as SQLite's do)."""
+        StoreConnectionLost; the server out of disk, failing I/O or read-only a
+        resource fault (StoreUnavailable); any other server error one line
+        naming the store. Integrity errors are not translated: they are the
+        database refusing a write, and propagate as such (as SQLite's do)."""
+        fault = from_server(exc.sqlstate, self.display, self._scrub(exc))
+        if fault is not None:
+            return fault
         if isinstance(exc, psycopg.OperationalError):
-            return StoreConnectionLost(f"store {self.display}: connection lost: {self._scrub(exc)}")
+            return StoreConnectionLost(
+                f"store {self.display}: connection lost: {self._scrub(exc)}; {UNREACHABLE_ADVICE}"
+            )
         return StoreError(f"store {self.display}: {self._scrub(exc)}")
 
     def _execute(self, statement: str, params: Sequence[Any] = ()) -> Any:

@@ -4,8 +4,10 @@ A full disk, a read-only remount, EIO, a database held locked past the busy
 timeout, exhausted file descriptors or processes: none is a bug of
 wfsched, each is fixed by the operator, and each reaches them as one
 sentence naming the path and the fix (never a driver's class name). The
-store layer turns SQLite's errors into `StoreUnavailable` with these words;
-the supervisor reads the kind to run a fault episode (wfsched.domain.tickerrors).
+store layer turns SQLite's errors, and a PostgreSQL server's (by SQLSTATE:
+out of disk, I/O error, read-only, unreachable), into `StoreUnavailable`
+with these words; the supervisor reads the kind to run a fault episode
+(wfsched.domain.tickerrors).
 """
 
 from __future__ import annotations
@@ -87,6 +89,42 @@ def from_sqlite(exc: sqlite3.Error, db_path: Path, busy_timeout: float) -> Store
     )
 
 
+UNREACHABLE_ADVICE = (
+    "check that the server runs and accepts connections (pg_isready); the supervisor"
+    " reconnects by itself"
+)
+_SERVER_KINDS = {
+    "53100": "disk-full",  # disk_full: could not extend a file, write WAL...
+    "58030": "io-error",  # io_error
+    "25006": "read-only",  # read_only_sql_transaction: a standby, or read-only by setting
+}
+
+
+def from_server(sqlstate: str | None, display: str, words: str) -> StoreUnavailable | None:
+    """A PostgreSQL server's resource error (by SQLSTATE) in words naming the
+    store, or None if it is another kind of error. A lost connection is the
+    store's StoreConnectionLost, not this."""
+    kind = _SERVER_KINDS.get(sqlstate or "")
+    if kind == "disk-full":
+        advice_text = (
+            f"the database server of store {display} is out of disk space: free space in"
+            " its data directory or in the tablespace holding the store"
+        )
+    elif kind == "io-error":
+        advice_text = (
+            f"the database server of store {display} reports an I/O error: check its disk"
+            " and its server log"
+        )
+    elif kind == "read-only":
+        advice_text = (
+            f"the database server of store {display} accepts no writes (a standby, or"
+            " default_transaction_read_only): point the store at the primary"
+        )
+    else:
+        return None
+    return StoreUnavailable(kind, f"{advice_text} ({words})")
+
+
 def _io_error_cause(directory: Path) -> str:
     """SQLite reports a write refused by a filesystem gone read-only, or one
     that filled up under it, as a plain I/O error: ask the filesystem. (A
@@ -119,10 +157,36 @@ def from_os(exc: OSError, default_where: Path) -> StoreUnavailable | None:
     if kind is None:
         return None
     where = default_where
+    named = None
     if exc.filename and kind in ("disk-full", "read-only", "io-error"):
         name = Path(os.fsdecode(exc.filename))
         where = name if name.is_dir() else name.parent
-    return StoreUnavailable(kind, f"{advice(kind, where)} ({_words(exc)})")
+        named = str(where)
+    return StoreUnavailable(kind, f"{advice(kind, where)} ({_words(exc)})", named)
+
+
+def probe_directory(kind: str, where: str, min_free: int) -> None:
+    """Raise the OSError that `where` still has for a fault of `kind`
+    (read-only, full, failing), or return if it can be written again: its
+    filesystem's flags and free space, then a small file written, synced
+    and removed (a kernel that turned a filesystem read-only after an error
+    need not say so in its flags)."""
+    directory = Path(where)
+    while not directory.is_dir() and directory != directory.parent:
+        directory = directory.parent  # removed since (a pruned run's directory)
+    space = os.statvfs(directory)
+    if space.f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), where)
+    if kind == "disk-full" and space.f_bavail * space.f_frsize < min_free:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where)
+    probe = directory / f".wfsched-probe-{os.getpid()}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, b"probe\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
 
 
 def classify(exc: BaseException, store_root: Path) -> StoreUnavailable | None:

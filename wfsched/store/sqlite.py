@@ -13,6 +13,7 @@ each operation is one transaction, so they serialize cleanly.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -507,6 +508,19 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             (kind, schedule_id, run_seq, payload, now),
         )
         return self.dialect.inserted_id(cursor)
+
+    def ensure_connected(self) -> bool:
+        """An embedded database has no connection to lose."""
+        return False
+
+    def probe_space(self, min_free: int) -> None:
+        """A full disk counts as cleared once `min_free` bytes are free again:
+        SQLite can write into WAL space it already has, so one small write
+        succeeding proves little, while an admission also writes the run's
+        directory."""
+        space = os.statvfs(self.root)
+        if space.f_bavail * space.f_frsize < min_free:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.root))
 
     def pending_requests(self, limit: int = 100) -> list[RequestRow]:
         rows = self._execute(
