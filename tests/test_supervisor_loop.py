@@ -486,26 +486,141 @@ def _crash_at(point: str):  # type: ignore[no-untyped-def]
     return hook
 
 
-def test_a_burst_launches_in_chunks_and_misses_nothing(
-    tmp_path: Path, make_store: Callable[[Path], Store]
-) -> None:
-    from wfsched.daemon.supervisor import LAUNCH_CHUNK
-
-    h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=200)
-    for number in range(150):
+def _burst(
+    tmp_path: Path, make_store: Callable[[Path], Store], n: int, **config: object
+) -> Harness:
+    h = Harness(make_store(tmp_path / "s"), **{"max_concurrent_runs": 200, **config})
+    for number in range(n):
         h.define(f"s{number:03d}", cron="0 * * * *")
+    return h
+
+
+def _boundaries(h: Harness) -> list[tuple[str, int, int]]:
+    """Each admission commit and spawn of a tick: (point, runs in the store, spawned)."""
+    seen: list[tuple[str, int, int]] = []
+
+    def hook(point: str) -> None:
+        if point in ("after-admission-commit", "after-spawn"):
+            runs = len(h.store.list_runs(limit=1000))
+            seen.append((point, runs, len(h.control.spawned)))
+
+    h.supervisor.fault = hook
+    return seen
+
+
+def test_a_burst_launches_its_first_chunk_before_deciding_the_rest(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 150)
+    seen = _boundaries(h)
     h.tick_at(T0)
-    assert len(h.control.spawned) == LAUNCH_CHUNK
-    assert h.supervisor.wake_now
-    h.tick_at(T0 + 0.01)
-    h.tick_at(T0 + 0.02)
-    assert len(h.control.spawned) == 150
+    first = supervisor.FIRST_CHUNK
+    # The first chunk is committed and launched before a fifth schedule is decided.
+    assert seen[:2] == [("after-admission-commit", first, 0), ("after-spawn", first, first)]
+    sizes = [runs for point, runs, _ in seen if point == "after-spawn"]
+    steps = [b - a for a, b in zip([0, *sizes], sizes, strict=False)]
+    assert steps == [4, 8, 16, 32, 64, 26]
+    assert all(spawned == runs for point, runs, spawned in seen if point == "after-spawn")
     assert len({spec.run_id for spec, _ in h.control.spawned}) == 150
     for spec, _ in h.control.spawned:
         h.control.finish(spec.run_id)
     h.tick_at(T0 + 1)
-    items, _ = h.runs.list(status="completed", limit=100)
-    assert len(items) == 100
+    assert h.store.run_state_counts() == {}
+    assert len(h.store.list_runs(state="completed", limit=1000)) == 150
+
+
+def test_a_burst_sliced_over_ticks_misses_nothing_and_doubles_nothing(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 0.0)  # one chunk per tick
+    h = _burst(tmp_path, make_store, 150)
+    h.tick_at(T0)
+    assert len(h.control.spawned) == supervisor.FIRST_CHUNK
+    assert h.supervisor.wake_now
+    ticks = 1
+    while h.supervisor.wake_now:
+        h.supervisor.wake_now = False
+        h.tick_at(T0 + ticks * 0.01)
+        ticks += 1
+    assert ticks == 6  # chunks of 4, 8, 16, 32, 64 and the last 26
+    assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned) == [
+        f"s{number:03d}" for number in range(150)
+    ]
+    for number in range(150):
+        assert h.history(f"s{number:03d}") == [(iso(T0), "running", None)]
+
+
+def test_capacity_holds_across_the_chunks_of_a_burst(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 20, max_concurrent_runs=6)
+    h.tick_at(T0)
+    h.tick_at(T0 + 0.01)
+    assert len(h.control.spawned) == 6
+    assert h.store.executing_count() == 6
+
+
+def test_a_pause_committed_between_two_chunks_is_seen_by_the_next(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 12)
+
+    def pause_later(point: str) -> None:
+        if point == "after-admission-commit" and not h.control.spawned:
+            h.admin.pause("s010")  # another writer, between the first two chunks
+
+    h.supervisor.fault = pause_later
+    h.tick_at(T0)
+    launched = {spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned}
+    assert launched == {f"s{number:03d}" for number in range(12)} - {"s010"}
+    assert [reason for _, _, reason in h.history("s010")] == ["pause"]  # the pause decided it
+
+
+def test_a_crash_between_chunks_runs_every_admitted_run_once(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 30)
+    commits = [0]
+
+    def crash_at_second_commit(point: str) -> None:
+        if point == "after-admission-commit":
+            commits[0] += 1
+            if commits[0] == 2:
+                raise _Crash(point)
+
+    h.supervisor.fault = crash_at_second_commit
+    with pytest.raises(_Crash):
+        h.tick_at(T0)
+    first = supervisor.FIRST_CHUNK
+    assert len(h.control.spawned) == first
+    states = [run.state for run in h.store.list_runs(limit=100)]
+    assert sorted(states) == ["admitted"] * 2 * first + ["running"] * first
+    h.supervisor = h.new_supervisor(max_concurrent_runs=200)
+    h.supervisor.recover()
+    h.tick_at(T0 + 0.5)
+    h.tick_at(T0 + 0.6)
+    # The committed chunks run once each; the instants no chunk decided
+    # before the crash fall under the startup rule (misfire = "skip").
+    admitted = [f"s{number:03d}" for number in range(3 * first)]
+    assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned) == admitted
+    assert len({spec.run_id for spec, _ in h.control.spawned}) == 3 * first
+    for number in range(30):
+        states = [state for _, state, _ in h.history(f"s{number:03d}")]
+        assert states == (["running"] if number < 3 * first else ["skipped-misfire"])
 
 
 def test_a_corrupt_stored_definition_blocks_only_its_schedule(h: Harness) -> None:

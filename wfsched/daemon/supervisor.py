@@ -82,7 +82,16 @@ ABANDONED = (
     "abandoned: the supervisor lost this run (no live parent, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
 )
+FIRST_CHUNK = 4
+"""Admissions in a burst's first chunk: committed, marked and launched before
+the next schedule is decided, so the first run starts milliseconds after its
+instant however many are due with it."""
 LAUNCH_CHUNK = 64
+"""The largest chunk (chunks double from FIRST_CHUNK): one admission commit
+and one mark commit per chunk keeps the per-run cost of a big burst low."""
+BURST_SLICE = 0.25
+"""Seconds one tick spends on a burst's chunks; the rest is decided by the
+next ticks, so exits and requests are still handled during a long burst."""
 OUTAGE_FIRST_RETRY = 0.5
 OUTAGE_MAX_RETRY = 10.0
 """Seconds between reconnection attempts while the store is unreachable (doubling)."""
@@ -146,6 +155,38 @@ class Watch:
     never_started: str = NEVER_STARTED
     """The reason recorded when a lost launch proves to have started nothing."""
     lost_launches: int = 0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a run cannot start (preflight or input resolution)."""
+
+    reason: str
+
+
+@dataclass
+class _Burst:
+    """What one tick's admission still has to decide (see `admit_due`)."""
+
+    ids: list[str]
+    """Due schedules not decided yet, in round-robin order."""
+    rows: dict[str, ScheduleRow]
+    """Rows read in the current transaction (the first chunk's)."""
+    active: dict[str, int]
+    capacity_left: int
+    budget: int
+
+
+def _still_due(row: ScheduleRow, instant_now: int) -> bool:
+    """`Store.due_schedules`' condition, for a row read again by id."""
+    if row.next_due is not None and row.next_due <= instant_now:
+        return True
+    return (
+        row.candidate_at is not None
+        and not row.blocked_reason
+        and not row.paused
+        and row.deleted_at is None
+    )
 
 
 @dataclass
@@ -244,6 +285,10 @@ class Supervisor:
         self._next_retention = 0.0
         self._unlaunched = True
         """Admitted runs may await launch (recovery's, a burst's later chunks)."""
+        self._chunk = FIRST_CHUNK
+        """The size of the next admission chunk (see `admit_due`)."""
+        self._environ: dict[str, str] | None = None
+        """`os.environ` as this tick read it (see `_environment`)."""
         self._hook_pids: list[int] = []
         """Pids the launcher reported that are no runs' (hooks'), kept while
         a store fault episode holds their outcomes back."""
@@ -396,6 +441,7 @@ class Supervisor:
         now = self.clock()
         if self.owned_at is None:
             self.owned_at = now
+        self._environ = None
         self._phase("ingestion", self.ingest_exits)
         self._phase("requests", self.handle_requests)
         if not self.draining:
@@ -561,15 +607,57 @@ class Supervisor:
             self._next_retention = now
 
     def admit_due(self, now: float) -> None:
-        """Decide every due schedule in one transaction, then launch."""
+        """Decide the due schedules in chunks: each chunk is one transaction,
+        and its runs are marked and launched as soon as it commits, before
+        the next chunk is decided (a small first chunk, then doubling).
+
+        An idle tick is one indexed read, outside any write transaction.
+        """
         instant_now = int(now)
+        failed, self._admission_failed = self._admission_failed, True
+        if not self.store.due_schedules(instant_now, limit=1):
+            self._admission_failed = False
+            return  # the idle tick: one indexed query, nothing more
+        self._admission_failed = failed
+        began = time.monotonic()
+        burst: _Burst | None = None
+        while True:
+            size = self._chunk
+            self._chunk = min(size * 2, LAUNCH_CHUNK)
+            burst, admitted = self._admission_chunk(now, instant_now, burst, size)
+            if admitted:
+                self.fault("after-admission-commit")
+                # A failed launch is the launch phase's: the admissions stand,
+                # and the launch phase looks for them again next tick.
+                self._phase("launch", self._launch_runs, admitted)
+            if not burst.ids:
+                self._chunk = FIRST_CHUNK  # the burst is over
+                return
+            if burst.budget <= 0:
+                return
+            if self.errors.episode is not None or time.monotonic() - began >= BURST_SLICE:
+                # The rest of the burst is decided by the next ticks, in
+                # chunks as large as this tick's next one would have been.
+                self.wake_now = True
+                return
+
+    def _admission_chunk(
+        self, now: float, instant_now: int, burst: _Burst | None, size: int
+    ) -> tuple[_Burst, list[RunRow]]:
+        """One transaction: up to `size` admissions (the first chunk also
+        reads what is due); logged and owed hooks only once it committed."""
         late_reason = "store-unavailable" if self._admission_failed else "late"
         self._admission_failed = True  # until this decision commits
         self._rejections = []
         self._deferred = []
         try:
             with self.store.atomic():
-                admitted = self._admit_in_transaction(now, instant_now, late_reason)
+                if burst is None:
+                    burst = self._start_burst(instant_now)
+                admitted = self._decide_chunk(burst, now, instant_now, size, late_reason)
+                self._focus = {}  # the commit is every schedule's
+                if admitted:
+                    self.fault("before-admission-commit")
             lines, self._deferred = self._deferred, None
             for event, fields in lines:
                 self.log(event, **fields)
@@ -578,42 +666,59 @@ class Supervisor:
         self._admission_failed = False
         self._rejected.extend(self._rejections)  # committed: their hooks are owed
         self._rejections = []
-        if admitted is None:
-            return  # the idle tick: one indexed query, nothing more
-        if admitted:
-            self.fault("after-admission-commit")
-        # A burst launches a chunk per tick: the first jobs start at once and
-        # the loop keeps ingesting exits and requests between chunks. A failed
-        # launch is the launch phase's: the admissions stand, launched later.
-        self._phase("launch", self.launch, admitted[:LAUNCH_CHUNK])
-        if len(admitted) > LAUNCH_CHUNK:
-            self.wake_now = True
-            self._unlaunched = True
+        return burst, admitted
 
-    def _admit_in_transaction(
-        self, now: float, instant_now: int, late_reason: str
-    ) -> list[int] | None:
-        """The decisions of one tick (None on an idle tick); the caller commits."""
+    def _start_burst(self, instant_now: int) -> _Burst:
+        """What this tick decides: the due schedules in round-robin order,
+        the free capacity, the admission budget and the overlap counts. Only
+        this supervisor adds or ends scheduled runs, so the counts hold for
+        the whole tick; the rows themselves are read again per chunk."""
         rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
-        if not rows:
-            return None  # the idle tick: one indexed query, nothing more
-        admitted: list[int] = []
-        capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
-        budget = self.config.max_admissions_per_tick
-        active = self.store.active_run_counts([row.id for row in rows])
-        for row in rows:
-            if budget <= 0:
+        return _Burst(
+            ids=[row.id for row in rows],
+            rows={row.id: row for row in rows},
+            active=self.store.active_run_counts([row.id for row in rows]) if rows else {},
+            capacity_left=max(0, self.config.max_concurrent_runs - self.store.executing_count()),
+            budget=self.config.max_admissions_per_tick,
+        )
+
+    def _decide_chunk(
+        self, burst: _Burst, now: float, instant_now: int, size: int, late_reason: str
+    ) -> list[RunRow]:
+        """Decide schedules, in order, until `size` runs are admitted. A
+        schedule is decided from its row as this transaction reads it: an
+        administration command committed between two chunks (a pause, an
+        update) is seen, and a schedule no longer due is passed over."""
+        admitted: list[RunRow] = []
+        while burst.ids and len(admitted) < size:
+            if burst.budget <= 0:
                 self.wake_now = True
                 break
-            runs = self._decide_one(
-                row, now, active.get(row.id, 0), capacity_left, budget, late_reason
-            )
-            admitted.extend(runs)
-            capacity_left -= len(runs)
-            budget -= len(runs)
-        self._focus = {}  # the commit is every schedule's
-        if admitted:
-            self.fault("before-admission-commit")
+            take = burst.ids[: size - len(admitted)]
+            del burst.ids[: len(take)]
+            unread = [schedule_id for schedule_id in take if schedule_id not in burst.rows]
+            if unread:
+                burst.rows.update(self.store.schedules_by_id(unread))
+            for index, schedule_id in enumerate(take):
+                row = burst.rows.pop(schedule_id, None)
+                if row is None or not _still_due(row, instant_now):
+                    continue
+                if burst.budget <= 0:
+                    burst.ids[:0] = take[index:]  # decided by the next tick
+                    self.wake_now = True
+                    break
+                runs = self._decide_one(
+                    row,
+                    now,
+                    burst.active.get(row.id, 0),
+                    burst.capacity_left,
+                    burst.budget,
+                    late_reason,
+                )
+                admitted.extend(runs)
+                burst.capacity_left -= len(runs)
+                burst.budget -= len(runs)
+        burst.rows.clear()  # what the next chunk decides, it reads again
         return admitted
 
     def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:
@@ -630,7 +735,7 @@ class Supervisor:
         capacity_left: int,
         budget: int,
         late_reason: str,
-    ) -> list[int]:
+    ) -> list[RunRow]:
         self._focus = {"schedule": row.id}
         try:
             with self.store.atomic():
@@ -671,7 +776,7 @@ class Supervisor:
 
     def _persist(
         self, row: ScheduleRow, defn: Definition, decision: Decision, now: float
-    ) -> list[int]:
+    ) -> list[RunRow]:
         record_entries(self.store, row.id, row.revision, decision.entries, now)
         for entry in decision.entries:
             self._note(
@@ -679,9 +784,9 @@ class Supervisor:
             )
         admitted = []
         for instant, _why in decision.admit:
-            seq = self._admit(row, defn, instant, now)
-            if seq is not None:
-                admitted.append(seq)
+            run = self._admit(row, defn, instant, now)
+            if run is not None:
+                admitted.append(run)
         if decision.blocked:
             self._note("blocked", schedule=row.id, reason=decision.blocked)
         self.store.update_schedule(
@@ -698,12 +803,13 @@ class Supervisor:
             self._round_robin_after = row.id
         return admitted
 
-    def _admit(self, row: ScheduleRow, defn: Definition, instant: int, now: float) -> int | None:
+    def _admit(self, row: ScheduleRow, defn: Definition, instant: int, now: float) -> RunRow | None:
         """Freeze the invocation and write the run and its admitted row, or
-        record preflight-rejected: no run is invented for a rejected start."""
-        seq = self._freeze(row, defn, instant, "scheduled", now)
-        if isinstance(seq, str):
-            reason = seq
+        record preflight-rejected: no run is invented for a rejected start.
+        The run as written (its launch needs no read back)."""
+        frozen = self._freeze_invocation(row, defn, instant, "scheduled")
+        if isinstance(frozen, Refusal):
+            reason = frozen.reason
             self.store.insert_occurrence(
                 row.id, instant, "preflight-rejected", row.revision, now, reason=reason
             )
@@ -713,27 +819,52 @@ class Supervisor:
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
+        seq = self.store.insert_run(
+            row.id, "scheduled", instant, row.revision, frozen, now, host=self.config.host
+        )
         self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
         self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
-        return seq
+        return RunRow(
+            seq, row.id, "scheduled", instant, "admitted", None, None, row.revision, frozen, now,
+            None, None, 0, self.config.host,
+        )  # fmt: skip
 
     def _freeze(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
     ) -> int | str:
-        """The one way a run is made, scheduled or manual: resolve its inputs,
-        preflight its command, then insert the run with its invocation frozen.
-        The run's seq, or why it cannot start (a str): then nothing is written.
-        A manual run has no occurrence: its `occurrence_id` binding is JSON null."""
+        """The one way a run is made, scheduled or manual: its invocation
+        frozen (`_freeze_invocation`), then the run inserted. The run's seq,
+        or why it cannot start (a str): then nothing is written."""
+        frozen = self._freeze_invocation(row, defn, instant, kind)
+        if isinstance(frozen, Refusal):
+            return frozen.reason
+        return self.store.insert_run(
+            row.id, kind, instant, row.revision, frozen, now, host=self.config.host
+        )
+
+    def _freeze_invocation(
+        self, row: ScheduleRow, defn: Definition, instant: int, kind: str
+    ) -> str | Refusal:
+        """Resolve the run's inputs and preflight its command: the frozen
+        invocation (JSON text), or why it cannot start. A manual run has no
+        occurrence: its `occurrence_id` binding is JSON null."""
         occurrence = None if kind == "manual" else occurrence_id(row.id, instant)
         reason, document = self._resolve(defn, row.id, occurrence, instant)
         if reason is None:
-            reason = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
+            env = self._environment()
+            if defn.run.env:
+                env = {**env, **dict(defn.run.env)}
+            reason = preflight(defn.run.command, defn.run.cwd, env)
         if reason is not None:
-            return reason
-        invocation = _invocation(defn, document)
-        return self.store.insert_run(
-            row.id, kind, instant, row.revision, invocation, now, host=self.config.host
-        )
+            return Refusal(reason)
+        return _invocation(defn, document)
+
+    def _environment(self) -> dict[str, str]:
+        """The supervisor's environment, read once per tick: copying
+        `os.environ` decodes every variable, and a burst needs it per run."""
+        if self._environ is None:
+            self._environ = dict(os.environ)
+        return self._environ
 
     @staticmethod
     def _resolve(
@@ -785,7 +916,7 @@ class Supervisor:
             self._unlaunched = False
             return
         room = self.config.max_concurrent_runs - self.store.scheduled_running_count()
-        chosen: list[int] = []
+        chosen: list[RunRow] = []
         for run in pending:
             if len(chosen) == LAUNCH_CHUNK:
                 self.wake_now = True
@@ -799,11 +930,11 @@ class Supervisor:
                     self.block(run.schedule_id, f"{run.run_id} is admitted but has attempts")
                 continue
             if run.is_manual:
-                chosen.append(run.seq)
+                chosen.append(run)
             elif room > 0 and self._schedule_usable(run.schedule_id):
-                chosen.append(run.seq)
+                chosen.append(run)
                 room -= 1
-        self.launch(chosen)
+        self._launch_runs(chosen)
 
     def _schedule_usable(self, schedule_id: str) -> bool:
         row = self.store.get_schedule(schedule_id)
@@ -824,21 +955,34 @@ class Supervisor:
         launcher up, nothing is marked: admitted runs stay admitted (durable)
         and launch once a launcher is back; a resume request stays pending.
         """
-        if not seqs:
-            return
-        if self.errors.episode is not None:
-            # Nothing starts that cannot be recorded (or cannot be forked):
-            # the runs stay admitted and launch once the episode ends.
-            self._unlaunched = True
-            return
-        self._focus = {
-            "runs": ",".join(run_id(seq) for seq in seqs),
-            "request": answer.seq if answer else None,
-        }
-        if not self.launcher.up:
-            self._unlaunched = True
+        if not seqs or self._launch_held():
             return
         runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
+        self._launch_runs(runs, attempt, resume_input, answer)
+
+    def _launch_held(self) -> bool:
+        """Whether launches wait: nothing starts that cannot be recorded (or
+        cannot be forked) in a fault episode, nor without a launcher. The runs
+        stay admitted and launch once it ends."""
+        if self.errors.episode is not None or not self.launcher.up:
+            self._unlaunched = True
+            return True
+        return False
+
+    def _launch_runs(
+        self,
+        runs: list[RunRow],
+        attempt: int = 1,
+        resume_input: Any = NO_RESUME_INPUT,
+        answer: RequestRow | None = None,
+    ) -> None:
+        """`launch`, for runs as read (or as just admitted)."""
+        if not runs or self._launch_held():
+            return
+        self._focus = {
+            "runs": ",".join(run.run_id for run in runs),
+            "request": answer.seq if answer else None,
+        }
         prepared: list[tuple[RunRow, Invocation, RunDir]] = []
         failure: Exception | None = None
         for run in runs:
@@ -978,7 +1122,9 @@ class Supervisor:
         attempt: int,
         resumed: bool,
     ) -> LaunchSpec:
-        env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
+        env = dict(self._environment())
+        for key in _PRIVATE_ENV:
+            env.pop(key, None)
         env.update(invocation.env)
         env.update(
             WFSCHED_SCHEDULE_ID=run.schedule_id,
