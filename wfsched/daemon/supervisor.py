@@ -285,10 +285,14 @@ class Supervisor:
         self._next_retention = 0.0
         self._unlaunched = True
         """Admitted runs may await launch (recovery's, a burst's later chunks)."""
+        self._burst_rest: list[str] = []
+        """Due schedules a burst's last tick left undecided (`_start_burst`)."""
         self._chunk = FIRST_CHUNK
         """The size of the next admission chunk (see `admit_due`)."""
         self._environ: dict[str, str] | None = None
         """`os.environ` as this tick read it (see `_environment`)."""
+        self._preflights: dict[tuple[str, str | None, str | None], str | None] = {}
+        """This tick's preflight answers (see `_preflight`)."""
         self._hook_pids: list[int] = []
         """Pids the launcher reported that are no runs' (hooks'), kept while
         a store fault episode holds their outcomes back."""
@@ -442,6 +446,7 @@ class Supervisor:
         if self.owned_at is None:
             self.owned_at = now
         self._environ = None
+        self._preflights = {}
         self._phase("ingestion", self.ingest_exits)
         self._phase("requests", self.handle_requests)
         if not self.draining:
@@ -614,11 +619,12 @@ class Supervisor:
         An idle tick is one indexed read, outside any write transaction.
         """
         instant_now = int(now)
-        failed, self._admission_failed = self._admission_failed, True
-        if not self.store.due_schedules(instant_now, limit=1):
-            self._admission_failed = False
-            return  # the idle tick: one indexed query, nothing more
-        self._admission_failed = failed
+        if not self._burst_rest:
+            failed, self._admission_failed = self._admission_failed, True
+            if not self.store.due_schedules(instant_now, limit=1):
+                self._admission_failed = False
+                return  # the idle tick: one indexed query, nothing more
+            self._admission_failed = failed
         began = time.monotonic()
         burst: _Burst | None = None
         while True:
@@ -633,11 +639,14 @@ class Supervisor:
             if not burst.ids:
                 self._chunk = FIRST_CHUNK  # the burst is over
                 return
-            if burst.budget <= 0:
-                return
-            if self.errors.episode is not None or time.monotonic() - began >= BURST_SLICE:
+            if (
+                burst.budget <= 0
+                or self.errors.episode is not None
+                or time.monotonic() - began >= BURST_SLICE
+            ):
                 # The rest of the burst is decided by the next ticks, in
                 # chunks as large as this tick's next one would have been.
+                self._burst_rest = burst.ids
                 self.wake_now = True
                 return
 
@@ -672,12 +681,22 @@ class Supervisor:
         """What this tick decides: the due schedules in round-robin order,
         the free capacity, the admission budget and the overlap counts. Only
         this supervisor adds or ends scheduled runs, so the counts hold for
-        the whole tick; the rows themselves are read again per chunk."""
-        rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
+        the whole tick; the rows themselves are read again per chunk. A burst
+        longer than a tick goes on with the schedules the last tick left,
+        before anything else is looked at (no re-read of every due row per
+        tick; a schedule due meanwhile waits for the burst's end)."""
+        rest, self._burst_rest = self._burst_rest, []
+        if rest:
+            # Continued from the last tick: every row is read per chunk.
+            rows: list[ScheduleRow] = []
+            ids = rest
+        else:
+            rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
+            ids = [row.id for row in rows]
         return _Burst(
-            ids=[row.id for row in rows],
+            ids=ids,
             rows={row.id: row for row in rows},
-            active=self.store.active_run_counts([row.id for row in rows]) if rows else {},
+            active=self.store.active_run_counts(ids) if ids else {},
             capacity_left=max(0, self.config.max_concurrent_runs - self.store.executing_count()),
             budget=self.config.max_admissions_per_tick,
         )
@@ -851,13 +870,21 @@ class Supervisor:
         occurrence = None if kind == "manual" else occurrence_id(row.id, instant)
         reason, document = self._resolve(defn, row.id, occurrence, instant)
         if reason is None:
-            env = self._environment()
-            if defn.run.env:
-                env = {**env, **dict(defn.run.env)}
-            reason = preflight(defn.run.command, defn.run.cwd, env)
+            reason = self._preflight(defn)
         if reason is not None:
             return Refusal(reason)
         return _invocation(defn, document)
+
+    def _preflight(self, defn: Definition) -> str | None:
+        """`preflight`, answered once per tick for each program, cwd and
+        PATH: a burst of one command would search PATH once per run."""
+        env = self._environment()
+        if defn.run.env:
+            env = {**env, **dict(defn.run.env)}
+        key = (defn.run.command[0], defn.run.cwd, env.get("PATH"))
+        if key not in self._preflights:
+            self._preflights[key] = preflight(defn.run.command, defn.run.cwd, env)
+        return self._preflights[key]
 
     def _environment(self) -> dict[str, str]:
         """The supervisor's environment, read once per tick: copying
@@ -983,7 +1010,7 @@ class Supervisor:
             "runs": ",".join(run.run_id for run in runs),
             "request": answer.seq if answer else None,
         }
-        prepared: list[tuple[RunRow, Invocation, RunDir]] = []
+        prepared: list[tuple[RunRow, Invocation, RunDir, Path]] = []
         failure: Exception | None = None
         for run in runs:
             # One run that cannot be prepared (or failed) never holds up the rest.
@@ -993,7 +1020,9 @@ class Supervisor:
                 try:
                     rundir.prepare(invocation.input)
                     rundir.prepare_attempt(attempt, resume_input)
-                    prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
+                    records = prepare_record_dir(
+                        attempt_record_dir(self.store.root, run.run_id, attempt)
+                    )
                 except Exception as exc:
                     if classify(exc, self.store.root) is not None:
                         raise  # a full or read-only disk: not this run's fault
@@ -1007,7 +1036,7 @@ class Supervisor:
                     raise
                 failure = failure or exc  # left as it was: retried next tick
                 continue
-            prepared.append((run, invocation, rundir))
+            prepared.append((run, invocation, rundir, records))
         if not prepared:
             if failure is not None:
                 raise failure
@@ -1015,18 +1044,12 @@ class Supervisor:
         self.fault("after-run-dir" if attempt == 1 else "before-resume-mark")
         started = self.clock()
         with self.store.atomic():
-            for run, _, _ in prepared:
-                self.store.insert_attempt(run.seq, attempt, started)
-                # The previous attempt's reason and exit code stay on its
-                # attempt row; the run reports none while this one runs.
-                self.store.update_run(
-                    run.seq,
-                    state="running",
-                    started_at=run.started_at or started,
-                    attempt=attempt,
-                    reason=None,
-                    exit_code=None,
-                )
+            # The previous attempt's reason and exit code stay on its attempt
+            # row; the run reports none while this one runs.
+            self.store.mark_attempts(
+                [(run.seq, attempt, started, run.started_at or started) for run, *_ in prepared]
+            )
+            for run, *_ in prepared:
                 if answer is not None:
                     self.store.finish_request(
                         answer.seq, "done", f"{run.run_id} attempt {attempt}", started
@@ -1034,15 +1057,8 @@ class Supervisor:
         # From the mark on, every attempt is watched until its end is recorded:
         # whatever fails from here is settled per run, as a lost launch is.
         watches = [
-            Watch(
-                run.seq,
-                run.schedule_id,
-                attempt,
-                attempt_record_dir(self.store.root, run.run_id, attempt),
-                None,
-                False,
-            )
-            for run, _, _ in prepared
+            Watch(run.seq, run.schedule_id, attempt, records, None, False)
+            for run, _, _, records in prepared
         ]
         try:
             self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
@@ -1051,10 +1067,15 @@ class Supervisor:
                 self._launch_failed(watch, exc)
             raise
         handles: list[tuple[int, ShimHandle]] = []
-        for (run, invocation, rundir), watch in zip(prepared, watches, strict=True):
+        for (run, invocation, rundir, _), watch in zip(prepared, watches, strict=True):
             try:
                 spec = self._spec(
-                    run, invocation, rundir, attempt, resume_input is not NO_RESUME_INPUT
+                    run,
+                    invocation,
+                    rundir,
+                    watch.record_dir,
+                    attempt,
+                    resume_input is not NO_RESUME_INPUT,
                 )
                 handle = self._spawn(run, watch, spec)
             except Exception as exc:
@@ -1107,18 +1128,20 @@ class Supervisor:
         if not handles:
             return
         with self.store.atomic():
-            for seq, handle in handles:
-                watch = self.watches.get(seq)
-                if watch is not None:
-                    self.store.update_attempt(
-                        seq, watch.attempt, shim_pid=handle.pid, shim_start_time=handle.start_time
-                    )
+            self.store.set_shim_handles(
+                [
+                    (seq, watch.attempt, handle.pid, handle.start_time)
+                    for seq, handle in handles
+                    if (watch := self.watches.get(seq)) is not None
+                ]
+            )
 
     def _spec(
         self,
         run: RunRow,
         invocation: Invocation,
         rundir: RunDir,
+        records: Path,
         attempt: int,
         resumed: bool,
     ) -> LaunchSpec:
@@ -1148,7 +1171,7 @@ class Supervisor:
             env=env,
             stdin_path=str(stdin),
             attempt_dir=str(rundir.attempt_dir(attempt)),
-            record_dir=str(attempt_record_dir(self.store.root, run.run_id, attempt)),
+            record_dir=str(records),
             timeout=invocation.timeout,
             kill_grace=invocation.kill_grace,
             max_log_bytes=self.config.max_log_bytes,

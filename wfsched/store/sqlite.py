@@ -461,6 +461,27 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             (run_seq, attempt, started_at),
         )
 
+    def mark_attempts(self, marks: Sequence[tuple[int, int, float, float]]) -> None:
+        """Attempts starting, as (run_seq, attempt, started_at, the run's
+        started_at): each attempt row running, its run running with no reason
+        or exit code. Two statements for a whole launch chunk."""
+        self._execute_many(
+            "INSERT INTO attempts (run_seq, attempt, state, started_at) VALUES (?, ?, 'running', ?)",
+            [(seq, attempt, started) for seq, attempt, started, _ in marks],
+        )
+        self._execute_many(
+            "UPDATE runs SET state = 'running', started_at = ?, attempt = ?, reason = NULL,"
+            " exit_code = NULL WHERE seq = ?",
+            [(run_started, attempt, seq) for seq, attempt, _, run_started in marks],
+        )
+
+    def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+        """Started shims, as (run_seq, attempt, shim_pid, shim_start_time)."""
+        self._execute_many(
+            "UPDATE attempts SET shim_pid = ?, shim_start_time = ? WHERE run_seq = ? AND attempt = ?",
+            [(pid, start_time, seq, attempt) for seq, attempt, pid, start_time in handles],
+        )
+
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - _ATTEMPT_MUTABLE
         if unknown:
