@@ -466,7 +466,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         started_at): each attempt row running, its run running with no reason
         or exit code. Two statements for a whole launch chunk."""
         self._execute_many(
-            "INSERT INTO attempts (run_seq, attempt, state, started_at) VALUES (?, ?, 'running', ?)",
+            "INSERT INTO attempts (run_seq, attempt, state, started_at)"
+            " VALUES (?, ?, 'running', ?)",
             [(seq, attempt, started) for seq, attempt, started, _ in marks],
         )
         self._execute_many(
@@ -478,7 +479,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
         """Started shims, as (run_seq, attempt, shim_pid, shim_start_time)."""
         self._execute_many(
-            "UPDATE attempts SET shim_pid = ?, shim_start_time = ? WHERE run_seq = ? AND attempt = ?",
+            "UPDATE attempts SET shim_pid = ?, shim_start_time = ?"
+            " WHERE run_seq = ? AND attempt = ?",
             [(pid, start_time, seq, attempt) for seq, attempt, pid, start_time in handles],
         )
 
