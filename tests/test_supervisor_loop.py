@@ -719,3 +719,73 @@ def test_cancel_of_an_admitted_run_never_launches_it(h: Harness) -> None:
     h.supervisor.tick()
     assert h.runs.show("run-000001")["state"] == "failed"
     assert h.control.spawned == []
+
+
+class TestQuietTicks:
+    """An idle tick that nothing can have changed only stamps liveness; any
+    commit by another connection, a due instant, or a wake-up ends that."""
+
+    @staticmethod
+    def idle(h: Harness, at: float) -> None:
+        h.clock.set(at)
+        h.supervisor.tick()
+        h.supervisor._sleep_seconds()  # the loop asks this after every tick
+
+    @staticmethod
+    def reads(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+        seen: list[str] = []
+        for name in ("pending_requests", "due_schedules", "earliest_due_schedule"):
+            real = getattr(h.store, name)
+
+            def counted(*args: object, _real=real, _name=name, **kwargs: object) -> object:  # type: ignore[no-untyped-def]
+                seen.append(_name)
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(h.store, name, counted)
+        return seen
+
+    @pytest.fixture
+    def q(self, tmp_path: Path) -> Harness:
+        h = Harness(tmp_path / "store")  # SQLite: its change counter makes ticks quiet
+        h.define("a", cron="0 * * * *")
+        self.idle(h, T0 - 20)
+        return h
+
+    def test_an_idle_tick_reads_nothing_but_stamps_liveness(
+        self, q: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seen = self.reads(q, monkeypatch)
+        self.idle(q, T0 - 10)
+        assert seen == []
+        assert q.store.get_meta("last_tick_at") == repr(T0 - 10)
+        assert q.supervisor._sleep_seconds() == (1.0, False)
+
+    def test_the_due_instant_ends_the_quiet(self, q: Harness) -> None:
+        self.idle(q, T0 - 10)
+        self.idle(q, T0)
+        assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in q.control.spawned] == ["a"]
+
+    def test_a_commit_by_another_connection_ends_the_quiet(
+        self, q: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        other = SQLiteStore(tmp_path / "store")
+        text = 'id = "b"\n[trigger]\nat = "2026-12-01T08:59:50Z"\n[run]\ncommand = ["true"]\n'
+        Admin(other, q.clock).create(parse_definition(text, "b.toml", now=int(q.clock())))
+        seq = Runs(other, q.clock).request_trigger("a")
+        other.close()
+        seen = self.reads(q, monkeypatch)
+        self.idle(q, T0 - 10)
+        assert "pending_requests" in seen and "due_schedules" in seen
+        assert q.store.get_request(seq).state == "done"  # type: ignore[union-attr]
+        assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in q.control.spawned) == [
+            "a",
+            "b",
+        ]
+
+    def test_a_wake_up_or_a_watched_run_ends_the_quiet(
+        self, q: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seen = self.reads(q, monkeypatch)
+        q.supervisor.wake_now = True  # an exit or a signal woke the loop
+        self.idle(q, T0 - 10)
+        assert "pending_requests" in seen

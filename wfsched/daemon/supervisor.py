@@ -285,6 +285,13 @@ class Supervisor:
         self._next_retention = 0.0
         self._unlaunched = True
         """Admitted runs may await launch (recovery's, a burst's later chunks)."""
+        self._quiet_due: tuple[int | None, int] | None = None
+        """(next due instant, the store's change counter) when the last full
+        tick found nothing due: until either moves, ticks are quiet."""
+        self._nothing_due = False
+        """The last admission phase found nothing due (the idle tick)."""
+        self._tick_changes: int | None = None
+        """The store's change counter as the last full tick began."""
         self._burst_rest: list[str] = []
         """Due schedules a burst's last tick left undecided (`_start_burst`)."""
         self._chunk = FIRST_CHUNK
@@ -410,13 +417,26 @@ class Supervisor:
         timeout = self.config.poll_interval
         if not self.launcher.up:
             timeout = min(timeout, max(0.0, self.launcher.retry_at - time.monotonic()))
-        row = self.store.earliest_due_schedule()
-        if row is None or row.next_due is None:
+        # While quiet, nothing changed since the next due instant was read.
+        quiet = self._quiet_due
+        next_due = quiet[0] if quiet is not None else self._read_next_due()
+        if next_due is None:
             return timeout, False
-        with contextlib.suppress(WfschedError, ValueError):
-            self._calendar(row, self.definitions.get(row))
-        until_due = row.next_due - self.clock()
+        until_due = next_due - self.clock()
         return max(0.0, min(timeout, until_due)), until_due <= timeout
+
+    def _read_next_due(self) -> int | None:
+        """The next due instant; remembered for the quiet ticks (`_quiet`)
+        when nothing was due this tick, with the store's change counter read
+        first (a commit after it is seen as a change)."""
+        row = self.store.earliest_due_schedule()
+        next_due = row.next_due if row is not None else None
+        if row is not None and next_due is not None:
+            with contextlib.suppress(WfschedError, ValueError):
+                self._calendar(row, self.definitions.get(row))
+        if self._nothing_due and self._tick_changes is not None:
+            self._quiet_due = (next_due, self._tick_changes)
+        return next_due
 
     def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
         """Sleep until the next tick; before a due instant, warm the disk (a
@@ -443,6 +463,12 @@ class Supervisor:
             self._phase("watch", self._collect_reaped)
             return
         now = self.clock()
+        if self._quiet(now):
+            self._phase("liveness", self._stamp)
+            return
+        self._quiet_due = None  # read again by `_sleep_seconds` after this tick
+        # Read before anything else: a commit from now on changes it again.
+        self._tick_changes = self._phase("liveness", self.store.changes)
         if self.owned_at is None:
             self.owned_at = now
         self._environ = None
@@ -457,6 +483,35 @@ class Supervisor:
         if not self.draining:
             self._phase("retention", self.retain, now)
         self._phase("liveness", self._stamp)
+
+    def _quiet(self, now: float) -> bool:
+        """Whether this tick has nothing to do but the liveness stamp: no
+        run or hook to watch, no work left in memory, nothing woke the loop,
+        nothing due before the next due instant the last full tick found,
+        and no other connection committed since (a new schedule, an edit, a
+        request). An idle supervisor then costs one statement and a stamp per
+        tick, not a read of all its work."""
+        due = self._quiet_due
+        if (
+            due is None
+            or self.wake_now
+            or self.watches
+            or self._reaped
+            or self._hook_pids
+            or self._unlaunched
+            or self._notices
+            or self._rejected
+            or self._burst_rest
+            or self.draining
+            or not self.launcher.up
+            or self.errors.episode is not None
+            or self.hooks.busy
+            or (due[0] is not None and now >= due[0])
+            or (self.config.retention is not None and now >= self._next_retention)
+        ):
+            return False
+        changes = self.store.changes()
+        return changes is not None and changes == due[1]
 
     def _phase(self, name: str, action: Callable[..., T], *args: Any) -> T | None:
         """Run one phase; contain what it raises (a store error, a bug).
@@ -619,10 +674,12 @@ class Supervisor:
         An idle tick is one indexed read, outside any write transaction.
         """
         instant_now = int(now)
+        self._nothing_due = False
         if not self._burst_rest:
             failed, self._admission_failed = self._admission_failed, True
             if not self.store.due_schedules(instant_now, limit=1):
                 self._admission_failed = False
+                self._nothing_due = True
                 return  # the idle tick: one indexed query, nothing more
             self._admission_failed = failed
         began = time.monotonic()

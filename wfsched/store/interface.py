@@ -245,6 +245,10 @@ class Store(Protocol):
         """A bookkeeping write (the liveness stamp) committed without an fsync."""
         ...
 
+    def changes(self) -> int | None:
+        """Changes whenever another connection commits; None if unknown."""
+        ...
+
     def get_meta(self, key: str) -> str | None: ...
 
     def supervisor_pid(self) -> int | None:

@@ -567,6 +567,13 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         finally:
             self._execute("PRAGMA synchronous = FULL")
 
+    def changes(self) -> int | None:
+        """A number that changes whenever another connection commits to the
+        database (SQLite's `data_version`; this connection's own commits
+        leave it alone): an idle supervisor asks it instead of reading its
+        work from the store every tick."""
+        return int(self._execute("PRAGMA data_version").fetchone()[0])
+
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
