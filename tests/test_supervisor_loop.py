@@ -789,3 +789,16 @@ class TestQuietTicks:
         q.supervisor.wake_now = True  # an exit or a signal woke the loop
         self.idle(q, T0 - 10)
         assert "pending_requests" in seen
+
+
+def test_the_schedules_of_the_next_instant_are_parsed_while_waiting_for_it(h: Harness) -> None:
+    for name in ("a", "b", "c"):
+        h.define(name, cron="0 * * * *")
+    h.define("later", cron="30 * * * *")
+    h.tick_at(T0 - 90)
+    h.supervisor._sleep_seconds()
+    assert len(h.supervisor.definitions) <= 1  # more than a minute ahead: only the first
+    h.tick_at(T0 - 20)
+    h.supervisor._sleep_seconds()
+    assert {row_id for row_id in h.supervisor._calendars} >= {"a", "b", "c"}
+    assert "later" not in h.supervisor._calendars

@@ -101,6 +101,11 @@ _DURING_FAULTS = ("watch", "metrics")
 """The phases that run through a store fault episode: taking the launcher's
 exit reports (no store write) and the metrics refresh (reads only; it keeps
 its last values when reads fail)."""
+WARM_AHEAD = 60.0
+WARM_LIMIT = 10_000
+"""Within WARM_AHEAD seconds of a due instant, up to WARM_LIMIT schedules due
+then get their definitions parsed and calendars built while the supervisor
+waits, not while the burst's first runs wait."""
 PROBE_FREE_BYTES = 256 * 1024
 """A full disk counts as cleared once this much is free again: SQLite can
 write into WAL space it already has, so one small write succeeding proves
@@ -290,6 +295,8 @@ class Supervisor:
         tick found nothing due: until either moves, ticks are quiet."""
         self._nothing_due = False
         """The last admission phase found nothing due (the idle tick)."""
+        self._warmed_for: int | None = None
+        """The due instant whose schedules were warmed (see `_read_next_due`)."""
         self._tick_changes: int | None = None
         """The store's change counter as the last full tick began."""
         self._burst_rest: list[str] = []
@@ -423,6 +430,11 @@ class Supervisor:
         if next_due is None:
             return timeout, False
         until_due = next_due - self.clock()
+        if next_due != self._warmed_for and until_due <= WARM_AHEAD:
+            # Everything due with it, once per instant: a burst then decides
+            # from parsed definitions and built calendars.
+            self._warmed_for = next_due
+            self._warm(self.store.due_schedules(next_due, limit=WARM_LIMIT))
         return max(0.0, min(timeout, until_due)), until_due <= timeout
 
     def _read_next_due(self) -> int | None:
@@ -432,11 +444,17 @@ class Supervisor:
         row = self.store.earliest_due_schedule()
         next_due = row.next_due if row is not None else None
         if row is not None and next_due is not None:
-            with contextlib.suppress(WfschedError, ValueError):
-                self._calendar(row, self.definitions.get(row))
+            self._warm([row])
         if self._nothing_due and self._tick_changes is not None:
             self._quiet_due = (next_due, self._tick_changes)
         return next_due
+
+    def _warm(self, rows: list[ScheduleRow]) -> None:
+        """Parse these schedules' definitions and build their calendars ahead
+        of their instant (a definition that fails is blocked when decided)."""
+        for row in rows:
+            with contextlib.suppress(WfschedError, ValueError):
+                self._calendar(row, self.definitions.get(row))
 
     def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
         """Sleep until the next tick; before a due instant, warm the disk (a
