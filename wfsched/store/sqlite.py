@@ -562,6 +562,11 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         """
         self._execute("PRAGMA synchronous = NORMAL")
         try:
+            if len(values) == 1 and not self._conn.in_transaction:
+                # The usual stamp: one statement, its own transaction.
+                ((key, value),) = values.items()
+                if self._execute("UPDATE meta SET value = ? WHERE key = ?", (value, key)).rowcount:
+                    return
             with self.atomic():
                 self.set_meta(**values)
         finally:
