@@ -462,6 +462,29 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             (run_seq, attempt, started_at),
         )
 
+    def mark_attempts(self, marks: Sequence[tuple[int, int, float, float]]) -> None:
+        """Attempts starting, as (run_seq, attempt, started_at, the run's
+        started_at): each attempt row running, its run running with no reason
+        or exit code. Two statements for a whole launch chunk."""
+        self._execute_many(
+            "INSERT INTO attempts (run_seq, attempt, state, started_at)"
+            " VALUES (?, ?, 'running', ?)",
+            [(seq, attempt, started) for seq, attempt, started, _ in marks],
+        )
+        self._execute_many(
+            "UPDATE runs SET state = 'running', started_at = ?, attempt = ?, reason = NULL,"
+            " exit_code = NULL WHERE seq = ?",
+            [(run_started, attempt, seq) for seq, attempt, _, run_started in marks],
+        )
+
+    def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+        """Started shims, as (run_seq, attempt, shim_pid, shim_start_time)."""
+        self._execute_many(
+            "UPDATE attempts SET shim_pid = ?, shim_start_time = ?"
+            " WHERE run_seq = ? AND attempt = ?",
+            [(pid, start_time, seq, attempt) for seq, attempt, pid, start_time in handles],
+        )
+
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - _ATTEMPT_MUTABLE
         if unknown:
@@ -553,10 +576,22 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         """
         self._execute("PRAGMA synchronous = NORMAL")
         try:
+            if len(values) == 1 and not self._conn.in_transaction:
+                # The usual stamp: one statement, its own transaction.
+                ((key, value),) = values.items()
+                if self._execute("UPDATE meta SET value = ? WHERE key = ?", (value, key)).rowcount:
+                    return
             with self.atomic():
                 self.set_meta(**values)
         finally:
             self._execute("PRAGMA synchronous = FULL")
+
+    def changes(self) -> int | None:
+        """A number that changes whenever another connection commits to the
+        database (SQLite's `data_version`; this connection's own commits
+        leave it alone): an idle supervisor asks it instead of reading its
+        work from the store every tick."""
+        return int(self._execute("PRAGMA data_version").fetchone()[0])
 
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
