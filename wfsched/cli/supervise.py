@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wfsched.cli import CliState, pass_state
+from wfsched.cli import CliState, pass_state, runs_dir_option
 from wfsched.cli.params import Duration
 from wfsched.daemon import early_stop
 
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     metavar="NAME",
     help="The name recorded on every run this supervisor admits. [the hostname]",
 )
+@runs_dir_option
 @click.option(
     "--log-format",
     type=click.Choice(["human", "json"]),
@@ -89,6 +90,7 @@ def supervise(
             "drain_grace": drain_grace,
             "metrics_listen": metrics,
             "host": host,
+            "runs_dir": state.runs_dir_option,
         },
     )
     log = EventLog(log_format, clock=state.clock)

@@ -13,9 +13,10 @@ import contextlib
 import json
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +41,7 @@ from wfsched.domain.timeutil import (
     occurrence_id,
     wall_clock,
 )
-from wfsched.errors import ConflictError, StoreUnavailable, WfschedError
+from wfsched.errors import ConflictError, StoreUnavailable, UsageError, WfschedError
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
@@ -72,6 +73,7 @@ from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
     RunDir,
     attempt_record_dir,
+    log_tail,
     prepare_record_dir,
     record_dir,
 )
@@ -930,7 +932,7 @@ class Supervisor:
             reason = self._preflight(defn)
         if reason is not None:
             return Refusal(reason)
-        return _invocation(defn, document)
+        return _invocation(defn, document, self.store.runs_dir)
 
     def _preflight(self, defn: Definition) -> str | None:
         """`preflight`, answered once per tick for each program, cwd and
@@ -1603,6 +1605,7 @@ class Supervisor:
                 reason = watch.cancel_reason
         else:
             state, reason = "failed", failure
+        directory = RunDir(self.store.runs_dir, run.run_id)
         self.store.update_attempt(
             run.seq,
             watch.attempt,
@@ -1610,6 +1613,10 @@ class Supervisor:
             finished_at=finished,
             exit_code=exit_code,
             reason=reason,
+            # The exit record keeps each stream's tail, so the output can be
+            # read on any host (the full logs stay in the run directory here).
+            stdout_tail=log_tail(directory.log_path(watch.attempt, "stdout")),
+            stderr_tail=log_tail(directory.log_path(watch.attempt, "stderr")),
         )
         self.store.update_run(
             run.seq,
@@ -1914,11 +1921,12 @@ class Supervisor:
                 self._wait(min(0.25, remaining))
 
 
-def _invocation(defn: Definition, document: Any) -> str:
+def _invocation(defn: Definition, document: Any, runs_root: Path) -> str:
     """The frozen invocation. A stored definition from an earlier release may
     carry a timeout or kill_grace longer than MAX_DURATION: clamped here, so
     every deadline the shim computes stays representable (ten years still
-    means "never" in practice)."""
+    means "never" in practice). `runs_root`: this host's, where the run's
+    directory will be, so an operator on another host is told where it is."""
     timeout = defn.run.timeout
     return json.dumps(
         {
@@ -1929,6 +1937,7 @@ def _invocation(defn: Definition, document: Any) -> str:
             "timeout": None if timeout is None else min(timeout, MAX_DURATION),
             "kill_grace": min(defn.run.kill_grace, MAX_DURATION),
             "interrupt_exit_code": defn.run.interrupt_exit_code,
+            "runs_root": str(runs_root),
         }
     )
 
@@ -1970,6 +1979,8 @@ def run_supervisor(
     before this was called (the CLI catches them even earlier)."""
     if isinstance(location, Path):
         location = resolve_store(location)
+    if location.runs_dir is None and config.runs_dir is not None:
+        location = replace(location, runs_dir=Path(config.runs_dir))
     early: list[int] = []
     previous = {
         signum: signal.signal(signum, lambda n, _f: early.append(n))
@@ -2017,6 +2028,8 @@ def _supervise(
         return
     ownership: Ownership | None = None
     try:
+        if location.runs_dir is not None:
+            _prepare_runs_dir(location.runs_dir)
         if location.path is not None:
             ownership = Ownership(location.path / LOCK_NAME)
             location.path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -2063,3 +2076,14 @@ def _supervise(
         control.stop()
         if ownership is not None:
             ownership.release()
+
+
+def _prepare_runs_dir(path: Path) -> None:
+    """A runs root given by `--runs-dir` / `runs_dir`, made (private) before
+    anything else, so one that cannot be used refuses the start (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"runs_dir {path}: cannot use it: {exc.strerror or exc}") from None

@@ -223,6 +223,12 @@ class Store(Protocol):
 
     def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None: ...
 
+    def attempt_output(self, run_seq: int, attempt: int) -> tuple[bytes | None, bytes | None]:
+        """(stdout tail, stderr tail) the attempt's exit record kept in the store, the last
+        64 KiB of each (`update_attempt(stdout_tail=..., stderr_tail=...)`); None: not kept
+        (the attempt has not ended, or ended before tails were kept)."""
+        ...
+
     def insert_request(
         self,
         kind: str,

@@ -145,3 +145,31 @@ def log_truncation(path: Path) -> int | None:
         return None
     count = first[len(LOG_TRUNCATED) :].split(b" ", 1)[0]
     return int(count) if count.isdigit() else None
+
+
+OUTPUT_TAIL_BYTES = 64 * 1024
+"""How much of the end of each output stream an attempt's exit record keeps
+in the store, so its output can be read from any host."""
+
+
+def log_tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> bytes | None:
+    """The last `limit` bytes of a log; None when it is absent or not a regular
+    file (the job may have replaced it with a FIFO or a link: never followed,
+    never blocked on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        start = max(0, info.st_size - limit)
+        data = b""
+        while len(data) < limit and (chunk := os.pread(fd, limit - len(data), start + len(data))):
+            data += chunk
+        return data
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

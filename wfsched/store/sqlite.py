@@ -70,7 +70,17 @@ _ATTEMPT_COLUMNS = (
     "run_seq, attempt, state, started_at, finished_at, exit_code, reason, shim_pid, shim_start_time"
 )
 _ATTEMPT_MUTABLE = frozenset(
-    {"state", "started_at", "finished_at", "exit_code", "reason", "shim_pid", "shim_start_time"}
+    {
+        "state",
+        "started_at",
+        "finished_at",
+        "exit_code",
+        "reason",
+        "shim_pid",
+        "shim_start_time",
+        "stdout_tail",
+        "stderr_tail",
+    }
 )
 # State lists are SQL literals, never bound parameters: SQLite only uses the
 # partial index `runs_unfinished` when the query repeats its WHERE literally.
@@ -102,13 +112,21 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     dialect = SQLITE
 
     def __init__(
-        self, root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+        self,
+        root: str | Path,
+        *,
+        create: bool = True,
+        busy_timeout: float | None = None,
+        runs_dir: Path | None = None,
     ) -> None:
         self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if busy_timeout is None else busy_timeout
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
         self.db_path = self.root / DB_NAME
         self.lock_path = self.root / LOCK_NAME
-        self.runs_dir = self.root / RUNS_DIR
+        self.runs_dir = runs_dir or self.root / RUNS_DIR
+        # A runs root given elsewhere is created by the supervisor that uses
+        # it, never by opening the store (a reading command creates nothing).
+        self._own_runs_dir = runs_dir is None
         self.display = str(self.root)
         if not self.db_path.exists() and not create:
             raise StoreError(f"no store at {self.root}; create a schedule there first")
@@ -121,7 +139,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         old_umask = os.umask(0o077)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            self.runs_dir.mkdir(exist_ok=True)
+            if self._own_runs_dir:
+                self.runs_dir.mkdir(exist_ok=True)
             raw = sqlite3.connect(self.db_path, isolation_level=None, timeout=self.busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open store {self.root}: {exc}") from exc
@@ -502,6 +521,16 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         )
         return [AttemptRow(*row) for row in rows]
 
+    def attempt_output(self, run_seq: int, attempt: int) -> tuple[bytes | None, bytes | None]:
+        """The stdout and stderr tails the attempt's exit record kept (None: not kept)."""
+        row = self._execute(
+            "SELECT stdout_tail, stderr_tail FROM attempts WHERE run_seq = ? AND attempt = ?",
+            (run_seq, attempt),
+        ).fetchone()
+        if row is None:
+            return None, None
+        return tuple(None if tail is None else bytes(tail) for tail in row)  # type: ignore[return-value]
+
     def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None:
         row = self._execute(
             f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_seq = ? AND attempt = ?",
@@ -617,12 +646,12 @@ def _occurrence(row: Sequence[Any]) -> OccurrenceRow:
     return OccurrenceRow(*values)
 
 
-def open_existing_store(root: Path, *, missing: str) -> SQLiteStore:
+def open_existing_store(root: Path, *, missing: str, runs_dir: Path | None = None) -> SQLiteStore:
     """The store at `root`, never creating one: no database is NotFoundError
     (exit 3) ending with `missing`; one that will not open is a StoreError."""
     if not (root / DB_NAME).is_file():
         raise NotFoundError(f"no store at {root} (no {DB_NAME}); {missing}")
     try:
-        return SQLiteStore(root, create=False)
+        return SQLiteStore(root, create=False, runs_dir=runs_dir)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open store {root}: {exc}") from exc
