@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CliRun
+from conftest import CliRun, SettableClock
 
 from tests.daemon import Daemon, StoreName, wait_for, wfsched, wfsched_json, write_definition
 from tests.test_supervisor_loop import T0, Harness
@@ -407,3 +407,29 @@ def test_the_exit_record_keeps_the_last_64_kib_of_each_stream(
     h.control.finish("run-000002", exit_code=1)
     h.tick_at(T0 + 7)
     assert h.store.attempt_output(2, 1) == (None, None)
+
+
+def test_prune_and_audit_use_the_runs_root_they_are_given(
+    tmp_path: Path, store_path: Path, run_cli: CliRun, clock: SettableClock
+) -> None:
+    """A store whose runs live in another root: `audit` and `prune` find them
+    there with `--runs-dir` (or config `runs_dir`), and only there."""
+    import shutil
+
+    from tests.test_retention import KEPT, NOW, OLD_FINISHED, cli_store
+
+    cli_store(store_path)
+    clock.now = NOW
+    root = tmp_path / "root"
+    shutil.move(store_path / "runs", root)
+    code, out, _ = run_cli("audit", "--json")
+    assert code == 1 and {v["check"] for v in json.loads(out)["violations"]} == {"rundir-mismatch"}
+    code, out, err = run_cli("audit", "--runs-dir", str(root))
+    assert code == 0, out + err
+    code, out, err = run_cli("prune", "--older-than", "30d", "--json", "--runs-dir", str(root))
+    assert code == 0, err
+    assert json.loads(out)["run_dirs"] == len(OLD_FINISHED)
+    assert sorted(path.name for path in root.iterdir()) == KEPT
+    (store_path / "config.toml").write_text(f'runs_dir = "{root}"\n')
+    code, out, err = run_cli("audit")
+    assert code == 0, out + err

@@ -34,9 +34,16 @@ def test_sqlite_to_postgresql_and_back_keeps_every_row_and_file(
     tmp_path: Path, pg_url: str, run_cli: CliRun
 ) -> None:
     source = build(tmp_path / "source")
+    first_attempt = everything(source.store)["attempts"][0]
+    with source.store.atomic():
+        # Output tails are bytes (any byte value) and travel both ways unchanged.
+        source.store.update_attempt(
+            first_attempt[0], first_attempt[1], stdout_tail=bytes(range(256)), stderr_tail=b""
+        )
     original = everything(source.store)
     source.store.close()
     assert original["occurrences"] and original["runs"] and original["revisions"]
+    assert original["attempts"][0][-2:] == (bytes(range(256)), b"")
     # Each run's host travels with it (the last column of runs).
     assert {row[-1] for row in original["runs"]} == {socket.gethostname()}
     code, out, err = run_cli(
