@@ -342,9 +342,9 @@ def test_runs_logs_on_another_host_print_the_tail_kept_in_the_store(
         assert tail.returncode == 0, tail.stderr
         assert tail.stdout.encode() == full[-65536:]
         assert tail.stderr == (
-            f"wfsched: note: run-000001 attempt 1 ran on host worker-7 in {attempt_dir},"
-            " where its full logs are; showing the last 64 KiB of each stream, kept in the"
-            " store\n"
+            f"wfsched: note: run-000001 attempt 1 ran on host worker-7 in {attempt_dir}"
+            f" (this host, but not in the runs root read here, {_local_dir(store) / 'runs'});"
+            " showing the last 64 KiB of each stream, kept in the store\n"
         )
         both = wfsched(store, "runs", "logs", "run-000001")
         assert both.returncode == 0
@@ -364,7 +364,8 @@ def test_runs_logs_on_another_host_print_the_tail_kept_in_the_store(
         follow = wfsched(store, "runs", "logs", "run-000002", "--follow")
         assert follow.returncode == 3
         assert follow.stderr == (
-            f"wfsched: error: run-000002 attempt 1 is running on host worker-7 in {running};"
+            f"wfsched: error: run-000002 attempt 1 is running on host worker-7 in {running}"
+            f" (this host, but not in the runs root read here, {_local_dir(store) / 'runs'});"
             " follow it there (its output reaches the store when the attempt ends)\n"
         )
         plain = wfsched(store, "runs", "logs", "run-000002")
@@ -374,7 +375,10 @@ def test_runs_logs_on_another_host_print_the_tail_kept_in_the_store(
         (local / "config.toml").write_text(f'host = "worker-8"\nruns_dir = "{runs_root}"\n')
         other = wfsched(store, "runs", "logs", "run-000001", "--stderr")
         assert other.returncode == 0 and other.stdout == "oops\n"
-        assert "ran on host worker-7" in other.stderr
+        assert other.stderr == (
+            f"wfsched: note: run-000001 attempt 1 ran on host worker-7 in {attempt_dir};"
+            " showing the last 64 KiB of each stream, kept in the store\n"
+        )
         # The same name: the full logs again, from config.toml's runs_dir.
         (local / "config.toml").write_text(f'host = "worker-7"\nruns_dir = "{runs_root}"\n')
         again = wfsched(store, "runs", "logs", "run-000001", "--stdout")

@@ -48,11 +48,20 @@ class LogPlace:
     """The full logs can be read here: the run is this host's and its run
     directory is in this host's runs root."""
     running: bool
+    runs_root: Path
+    """This host's runs root, where the logs were looked for."""
+    same_host: bool
+    """The run's host is this host's name: its directory is simply not in
+    `runs_root` (another runs root, or removed)."""
 
     def elsewhere(self) -> str:
-        """`on host web-2 in /var/lib/.../attempt-1`: where the full logs are."""
+        """`on host web-2 in /var/lib/.../attempt-1`: where the full logs are,
+        and why they were not found here when the host is this one."""
         host = f"host {self.host}" if self.host else "the host that ran it (not recorded)"
-        return f"on {host} in {self.directory}"
+        where = f"on {host} in {self.directory}"
+        if self.same_host:
+            where += f" (this host, but not in the runs root read here, {self.runs_root})"
+        return where
 
 
 class Runs:
@@ -136,7 +145,14 @@ class Runs:
         root = RunDir(self.store.runs_dir, run.run_id) if here else None
         directory = root.attempt_dir(chosen) if root else self._directory(run) / f"attempt-{chosen}"
         return LogPlace(
-            run.run_id, chosen, run.host, directory, here, self.attempt_running(text, chosen)
+            run.run_id,
+            chosen,
+            run.host,
+            directory,
+            here,
+            self.attempt_running(text, chosen),
+            self.store.runs_dir,
+            same_host=not here and (self.host is None or run.host is None or run.host == self.host),
         )
 
     def stored_output(self, place: LogPlace) -> tuple[bytes | None, bytes | None]:

@@ -329,7 +329,7 @@ def _stored_logs(api: Runs, place: LogPlace, only_stdout: bool, stderr: bool, fo
             f"{label} {why}: the store holds none of its output; the full logs are {where}"
         )
     click.echo(
-        f"wfsched: note: {label} ran {where}, where its full logs are; showing the last"
+        f"wfsched: note: {label} ran {where}; showing the last"
         f" {OUTPUT_TAIL_BYTES // 1024} KiB of each stream, kept in the store",
         err=True,
     )
