@@ -2021,15 +2021,16 @@ def _supervise(
     """A SQLite store's ownership lock is its `supervisor.lock` file, taken
     before the database is opened; a PostgreSQL store's is a session advisory
     lock on the store's own connection, so the server drops it when this
-    process or its connection dies."""
+    process or its connection dies. A runs root given elsewhere is checked
+    first: the launcher already writes in the store's local directory."""
+    if location.runs_dir is not None:
+        _prepare_runs_dir(location.runs_dir)
     control.start()
     if early or stopped():
         control.stop()
         return
     ownership: Ownership | None = None
     try:
-        if location.runs_dir is not None:
-            _prepare_runs_dir(location.runs_dir)
         if location.path is not None:
             ownership = Ownership(location.path / LOCK_NAME)
             location.path.mkdir(parents=True, exist_ok=True, mode=0o700)
