@@ -2,6 +2,14 @@
 
     python bench/bench_cli.py            # all four measurements
     python bench/bench_cli.py --quick    # fewer repetitions, 2,000 definitions
+    python bench/bench_cli.py --store postgresql:///scratch --only list,copy
+
+With `--store URL` (a PostgreSQL database the benchmark may wipe: it drops
+wfsched's tables there before each use) the list measurement runs on both
+stores, and `copy` times `wfsched store copy` of a realistic SQLite store
+(10,000 schedules, 1,000,000 ledger rows) into that database and back into a
+new SQLite directory: the rows and files (`seconds` of the copy's JSON) and
+the whole command, whose audit of the copy walks every ledger row.
 
 Prints the median of:
 - `wfsched list --json` over 100 schedules (budget: < 150 ms per process);
@@ -16,6 +24,7 @@ Everything lives in a temporary directory that is removed afterwards.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -29,7 +38,7 @@ from pathlib import Path
 from wfsched.api.admin import Admin
 from wfsched.api.paging import encode_cursor
 from wfsched.domain.definition import parse_definition
-from wfsched.store import SQLiteStore
+from wfsched.store import SQLiteStore, Store
 
 DEFINITION = """\
 id = "{id}"
@@ -59,18 +68,19 @@ CPU: dict[str, list[float]] = {}
 on a busy machine wall time swings, CPU time much less."""
 
 
-def timed(argv: list[str], store: Path, repeat: int) -> float:
+def timed(argv: list[str], store: Path | str, repeat: int, label: str = "") -> float:
     """Median wall seconds of `repeat` runs; any failure aborts the benchmark."""
     env = {**os.environ, "WFSCHED_STORE": str(store)}
     samples = []
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        done = subprocess.run(argv, env=env, capture_output=True)
+        LAST_OUTPUT[0] = done.stdout
         samples.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        CPU.setdefault(argv[1], []).append(cpu)
+        CPU.setdefault(label or argv[1], []).append(cpu)
         if done.returncode != 0:
             sys.exit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()}")
     return statistics.median(samples)
@@ -88,16 +98,111 @@ def write_definitions(folder: Path, count: int) -> None:
         (folder / f"job-{index:05d}.toml").write_text(text)
 
 
-def bench_list(binary: str, work: Path, repeat: int) -> float:
-    store_path = work / "list-store"
-    store = SQLiteStore(store_path)
+LAST_OUTPUT = [b""]
+"""stdout of the last timed command."""
+
+
+def bench_list(binary: str, work: Path, repeat: int, url: str | None = None) -> float:
+    """`list --json` over 100 schedules, in a SQLite store or in the database `url`."""
+    store_path: Path | str = work / "list-store"
+    if url is None:
+        store = SQLiteStore(store_path)
+    else:
+        reset_postgres(url)
+        store_path = url
+        store = open_store_url(url)
     admin = Admin(store)
     for index in range(100):
         admin.create(
             parse_definition(DEFINITION.format(id=f"job-{index:03d}", minute=index % 60), "bench")
         )
     store.close()
-    return timed([binary, "list", "--json"], store_path, repeat)
+    return timed(
+        [binary, "list", "--json"], store_path, repeat, "list" if url is None else "list-pg"
+    )
+
+
+def open_store_url(url: str) -> Store:
+    from wfsched.store import open_location, resolve_store
+
+    store = open_location(resolve_store(url), create=True)
+    assert store is not None
+    return store
+
+
+def reset_postgres(url: str) -> None:
+    """Drop wfsched's tables and functions in the scratch database `url`."""
+    import psycopg
+
+    from wfsched.store.copying import COPY_TABLES
+
+    tables = ", ".join(["schema_version", *(table for table, _ in COPY_TABLES)])
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {tables} CASCADE")  # type: ignore[arg-type]
+        conn.execute(
+            "DROP FUNCTION IF EXISTS schedules_watermark_monotone(), occurrences_ledger_position()"
+        )
+
+
+def build_realistic(root: Path, schedules: int, rows_each: int) -> None:
+    """A SQLite store of `schedules` hourly schedules (created through `Admin`), each
+    with `rows_each` ledger rows for its consecutive instants and its watermark on
+    the last, so the copy's audit finds it clean."""
+    start = 1_000_000_000
+    store = SQLiteStore(root)
+    admin = Admin(store, clock=lambda: float(start))
+    with store.atomic():
+        for index in range(schedules):
+            text = DEFINITION.format(id=f"job-{index:05d}", minute=index % 60).replace(
+                "Europe/Berlin", "UTC"
+            )
+            admin.create(parse_definition(text, "bench", now=start))
+    rows: list[tuple[object, ...]] = []
+    with store.atomic():
+        for index in range(schedules):
+            first = start // 3600 * 3600 + (index % 60) * 60
+            first += 3600 if first <= start else 0
+            instants = [first + 3600 * k for k in range(rows_each)]
+            schedule_id = f"job-{index:05d}"
+            rows.extend(
+                (schedule_id, at, None, None, 0, "skipped-misfire", "supervisor-down", 1, None, at)
+                for at in instants
+            )
+            store.update_schedule(
+                schedule_id, consumed_through=instants[-1], next_due=instants[-1] + 3600
+            )
+            if len(rows) >= 100_000:
+                store.insert_occurrences(rows)
+                rows = []
+        if rows:
+            store.insert_occurrences(rows)
+    store.close()
+
+
+def bench_copy(binary: str, work: Path, url: str, schedules: int, rows_each: int) -> None:
+    """`store copy` SQLite -> PostgreSQL -> SQLite, each once (a copy is minutes of
+    setup); the rows-and-files seconds from the copy's JSON, the whole command's
+    wall and CPU time (the audit of the copy included)."""
+    source = work / "copy-source"
+    started = time.perf_counter()
+    build_realistic(source, schedules, rows_each)
+    print(
+        f"built {schedules:,} schedules, {schedules * rows_each:,} ledger rows"
+        f" in {time.perf_counter() - started:.0f} s"
+    )
+    reset_postgres(url)
+    for label, origin, destination in (
+        ("store copy SQLite -> PostgreSQL", source, url),
+        ("store copy PostgreSQL -> SQLite", url, work / "copy-back"),
+    ):
+        wall = timed(
+            [binary, "store", "copy", "--to", str(destination), "--json"], origin, 1, "copy"
+        )
+        rows = json.loads(LAST_OUTPUT[0])["seconds"]
+        print(
+            f"{label:<42} rows+files {rows:6.1f} s, whole command wall {wall:6.1f} s,"
+            f" {cpu_ms('copy').strip()}"
+        )
 
 
 def bench_apply(binary: str, work: Path, count: int, repeat: int) -> tuple[float, float]:
@@ -150,22 +255,46 @@ def bench_occurrences(binary: str, work: Path, rows: int, repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and definitions")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a scratch PostgreSQL database (wiped): list on both stores, and `copy`",
+    )
+    parser.add_argument(
+        "--only",
+        default="list,apply,occurrences,copy",
+        help="comma-separated: list, apply, occurrences, copy (copy needs --store)",
+    )
     args = parser.parse_args()
+    only = set(args.only.split(","))
     repeat = 5 if args.quick else 21
     apply_count = 2_000 if args.quick else 10_000
     apply_repeat = 1 if args.quick else 3
     binary = wfsched_binary()
     with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as scratch:
         work = Path(scratch)
-        report("list --json, 100 schedules", bench_list(binary, work, repeat), "list")
-        first, second = bench_apply(binary, work, apply_count, apply_repeat)
-        apply_cpu = CPU.pop("apply", [])
-        CPU["apply"] = apply_cpu[0::2]
-        report(f"apply {apply_count:,} definitions (new)", first, "apply")
-        CPU["apply"] = apply_cpu[1::2]
-        report(f"apply {apply_count:,} definitions (unchanged)", second, "apply")
-        deep = bench_occurrences(binary, work, 1_000_000, repeat)
-        report("occurrences --page, 1,000,000 rows", deep, "occurrences")
+        if "list" in only:
+            sqlite = bench_list(binary, work, repeat)
+            report("list --json, 100 schedules (SQLite)", sqlite, "list")
+            if args.store:
+                pg = bench_list(binary, work, repeat, args.store)
+                report("list --json, 100 schedules (PostgreSQL)", pg, "list-pg")
+                print(f"PostgreSQL / SQLite: {pg / sqlite:.2f}")
+        if "copy" in only and args.store:
+            if args.quick:
+                bench_copy(binary, work, args.store, 1_000, 100)
+            else:
+                bench_copy(binary, work, args.store, 10_000, 100)
+        if "apply" in only:
+            first, second = bench_apply(binary, work, apply_count, apply_repeat)
+            apply_cpu = CPU.pop("apply", [])
+            CPU["apply"] = apply_cpu[0::2]
+            report(f"apply {apply_count:,} definitions (new)", first, "apply")
+            CPU["apply"] = apply_cpu[1::2]
+            report(f"apply {apply_count:,} definitions (unchanged)", second, "apply")
+        if "occurrences" in only:
+            deep = bench_occurrences(binary, work, 1_000_000, repeat)
+            report("occurrences --page, 1,000,000 rows", deep, "occurrences")
 
 
 def report(label: str, wall: float, command: str) -> None:

@@ -700,6 +700,7 @@ def test_croniter_rejection_becomes_one_line_value_error(monkeypatch: pytest.Mon
         raise CroniterBadCronError("first line\n  second line")
 
     monkeypatch.setattr(calendar, "croniter", refuse)
+    calendar._normalize_cron.cache_clear()  # an expression checked before is remembered
     with pytest.raises(ValueError, match=r"^invalid cron expression '0 9 \* \* \*': first line"):
         normalize_cron("0 9 * * *")
 
@@ -1107,3 +1108,15 @@ def test_property_calendar_is_the_wall_clock_reference(
     preceding = [u for u in expected if u < query]
     if preceding:
         assert cal.prev_before(query) == preceding[-1]
+
+
+def test_calendars_of_one_expression_are_shared_and_answer_alike() -> None:
+    from wfsched.domain.model import CronTrigger
+
+    first = calendar.calendar_for(CronTrigger("0 9 * * *", "Europe/Berlin", "0 9 * * *"))
+    second = calendar.cron_calendar("0 9 * * *", "Europe/Berlin")
+    assert first is second
+    fresh = CronCalendar("0 9 * * *", "Europe/Berlin")
+    for t in (0, 1_790_000_000, 1_790_000_000, 1_774_746_000):
+        assert second.next_after_epoch(t) == fresh.next_after_epoch(t)
+        assert second.prev_before_epoch(t + 1) == fresh.prev_before_epoch(t + 1)

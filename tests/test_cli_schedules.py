@@ -502,6 +502,23 @@ def test_apply_counts_only_toml_files(
     assert "backup" not in out
 
 
+def test_apply_reads_a_file_reached_twice_through_links_once(
+    run_cli: CliRun, make_definition: Callable[..., Path], write_toml, store_path: Path
+) -> None:
+    """A definition is one file by its real path, whatever links lead to it:
+    a linked copy inside the folder, a linked folder, the file named again."""
+    original = make_definition("once")
+    folder = original.parent
+    (folder / "alias.toml").symlink_to(original)
+    (folder / "linked").symlink_to(folder)
+    (folder / "dangling.toml").symlink_to(folder / "missing.toml")
+    (folder / "dir.toml").mkdir()
+    code, out, err = run_cli("apply", str(folder), str(original))
+    assert (code, err) == (0, "")
+    assert set(rows(store_path)) == {"once"}
+    assert "1 created" in out
+
+
 def test_apply_of_an_empty_folder_says_so(run_cli: CliRun, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     assert run_cli("apply", str(tmp_path / "empty")) == (0, "no definitions found\n", "")

@@ -172,6 +172,39 @@ def test_kill_at_boundaries_on_postgresql(
     check_kill_at_boundary(pg_url, tmp_path, point, launched, outcome)
 
 
+@pytest.mark.parametrize("point", ["after-admission-commit:2", "after-spawn:1"])
+def test_a_kill_between_the_chunks_of_a_burst_doubles_and_loses_nothing(
+    tmp_path: Path, point: str
+) -> None:
+    """20 one-shots due at once: the supervisor dies after the second chunk's
+    admission (the first chunk launched, the second admitted only) or after
+    the first chunk's launch. After the restart every schedule ran once."""
+    store, ledger, count = tmp_path / "store", tmp_path / "ledger", 20
+    at = utc_ago(1)
+    for number in range(count):
+        write_definition(
+            tmp_path / "defs",
+            f"b{number:02d}",
+            f'id = "b{number:02d}"\n[trigger]\nat = "{at}"\n[run]\n'
+            f'command = ["sh", "-c", "echo $WFSCHED_SCHEDULE_ID >> {ledger}"]\n'
+            '[policy]\nmisfire = "latest"\nlateness = "1h"\n',
+        )
+    assert wfsched(store, "apply", str(tmp_path / "defs")).returncode == 0
+    daemon = crash_then_recover(store, point)
+    try:
+        wait_for(
+            lambda: len([r for r in runs(store) if r["state"] in FINAL]) == count,
+            timeout=60,
+            what="every run to finish",
+        )
+    finally:
+        daemon.stop()
+    assert sorted(ledger.read_text().split()) == [f"b{number:02d}" for number in range(count)]
+    assert {run["state"] for run in runs(store)} == {"completed"}
+    assert len(runs(store)) == count
+    assert_store_invariants(store)
+
+
 def check_kill_at_boundary(
     store: StoreName, tmp_path: Path, point: str, launched: int, outcome: str
 ) -> None:

@@ -166,3 +166,55 @@ def test_config_and_status_import_without_the_supervisor(tmp_path: Path) -> None
         str(tmp_path),
     )
     assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_supervise_imports_no_other_commands_module() -> None:
+    """The daemon runs for months: the other commands' modules (about 2 MB
+    resident) are imported only when one of their commands is asked for."""
+    result = run_python(
+        """
+        import sys
+        import click
+        from wfsched.cli.main import cli
+
+        assert cli.get_command(click.Context(cli), "supervise").name == "supervise"
+        loaded = sorted(m for m in sys.modules if m.startswith("wfsched.cli."))
+        expected = ["wfsched.cli.main", "wfsched.cli.output", "wfsched.cli.params",
+                    "wfsched.cli.supervise"]
+        sys.exit(0 if loaded == expected else f"loaded {loaded}")
+        """
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_every_command_is_in_the_registration_table() -> None:
+    """COMMAND_MODULES names each module's commands: a command a module
+    registers but the table omits would be unreachable until listed."""
+    import importlib
+
+    import click
+
+    from wfsched.cli.main import COMMAND_MODULES
+
+    for module, names in COMMAND_MODULES.items():
+        group = click.Group()
+        importlib.import_module(module).register(group)
+        assert tuple(group.commands) == names, module
+
+
+def test_the_supervisor_loads_neither_openssl_nor_a_lock_library() -> None:
+    """OpenSSL's libcrypto (through hashlib) would be about 3.4 MB of the
+    daemon's resident memory, the lock library's imports about 1 MB more."""
+    result = run_python(
+        """
+        import sys
+        from pathlib import Path
+        import wfsched.daemon.supervisor, wfsched.store.ownership
+        from wfsched.store.runtime_file import fault_path
+
+        assert fault_path(Path("/srv/store")).name == "fault-c405508f53fa7389.json"
+        loaded = sorted(m for m in ("_hashlib", "hashlib", "filelock") if m in sys.modules)
+        sys.exit(f"loaded {loaded}" if loaded else 0)
+        """
+    )
+    assert result.returncode == 0, result.stderr + result.stdout

@@ -258,16 +258,16 @@ def test_a_resume_answered_by_its_mark_is_never_refused_by_a_later_error(
     h.tick_at(T0)
     h.control.finish("run-000001", exit_code=75)
     h.tick_at(T0 + 1)
-    real = h.store.insert_attempt
+    real = h.store.mark_attempts
     failures = [REQUEST_TRIES - 1]
 
-    def insert_attempt(*args: object, **kwargs: object) -> None:
+    def mark_attempts(*args: object, **kwargs: object) -> None:
         if failures[0]:
             failures[0] -= 1
             raise sqlite3.OperationalError("database is locked")
         real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(h.store, "insert_attempt", insert_attempt)
+    monkeypatch.setattr(h.store, "mark_attempts", mark_attempts)
     request = h.runs.request_resume("run-000001")
     for k in range(2, 2 + REQUEST_TRIES):
         h.tick_at(T0 + k)

@@ -691,12 +691,12 @@ def test_server_finds_the_package_without_site(tmp_path: Path) -> None:
 
 DRIVER = textwrap.dedent(
     """
-    import json, os, signal, sys
-    from filelock import FileLock
+    import json, os, pathlib, signal, sys
     from wfsched.process.launcher import Launcher, LaunchSpec
+    from wfsched.store.ownership import Ownership
 
     work, order = sys.argv[1], sys.argv[2]
-    lock = FileLock(os.path.join(work, "supervisor.lock"), timeout=0)
+    lock = Ownership(pathlib.Path(work, "supervisor.lock"))
     if order == "lock-first":
         lock.acquire()
     launcher = Launcher(os.path.join(work, "store"))

@@ -81,8 +81,8 @@ def test_holder_finds_a_real_flock_of_another_process(tmp_path: Path) -> None:
     lock = tmp_path / "supervisor.lock"
     ready = tmp_path / "ready"
     code = (
-        "import time, pathlib; from filelock import FileLock\n"
-        f"held = FileLock({str(lock)!r}); held.acquire()\n"
+        "import time, pathlib; from wfsched.store.ownership import Ownership\n"
+        f"held = Ownership(pathlib.Path({str(lock)!r})); held.acquire()\n"
         f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", code])

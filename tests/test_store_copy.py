@@ -34,9 +34,16 @@ def test_sqlite_to_postgresql_and_back_keeps_every_row_and_file(
     tmp_path: Path, pg_url: str, run_cli: CliRun
 ) -> None:
     source = build(tmp_path / "source")
+    first_attempt = everything(source.store)["attempts"][0]
+    with source.store.atomic():
+        # Output tails are bytes (any byte value) and travel both ways unchanged.
+        source.store.update_attempt(
+            first_attempt[0], first_attempt[1], stdout_tail=bytes(range(256)), stderr_tail=b""
+        )
     original = everything(source.store)
     source.store.close()
     assert original["occurrences"] and original["runs"] and original["revisions"]
+    assert original["attempts"][0][-2:] == (bytes(range(256)), b"")
     # Each run's host travels with it (the last column of runs).
     assert {row[-1] for row in original["runs"]} == {socket.gethostname()}
     code, out, err = run_cli(
@@ -134,3 +141,33 @@ def test_a_store_cannot_be_copied_onto_itself(tmp_path: Path, pg_url: str, run_c
     assert code == 4 and "onto itself" in err
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT to_regclass('schedules')").fetchone() == (None,)
+
+
+def test_the_bulk_load_into_postgresql_still_refuses_a_duplicate_and_keeps_the_schema(
+    tmp_path: Path, pg_url: str, run_cli: CliRun
+) -> None:
+    """The copy loads each PostgreSQL table without its indexes and foreign keys,
+    then rebuilds them: a source whose ledger holds one instant twice (a damaged
+    SQLite store) still fails the copy, which leaves no row and the full schema."""
+    import sqlite3
+
+    source = build(tmp_path / "source")
+    source.store.close()
+    db = sqlite3.connect(tmp_path / "source" / "wfsched.db")
+    db.execute("DROP INDEX occurrences_instant")
+    db.execute(
+        "INSERT INTO occurrences (schedule_id, scheduled_at, state, revision, recorded_at)"
+        " SELECT schedule_id, scheduled_at, 'superseded', revision, recorded_at"
+        " FROM occurrences WHERE summary = 0 LIMIT 1"
+    )
+    db.commit()
+    db.close()
+    code, _out, err = run_cli("--store", str(tmp_path / "source"), "store", "copy", "--to", pg_url)
+    assert code == 1, err
+    assert err.count("\n") == 1 and "occurrences_instant" in err, err
+    copied = PostgresStore(resolve_store(pg_url))
+    try:
+        assert copied.is_empty()
+        assert copied.schema_problems() == []
+    finally:
+        copied.close()

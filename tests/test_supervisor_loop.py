@@ -486,26 +486,141 @@ def _crash_at(point: str):  # type: ignore[no-untyped-def]
     return hook
 
 
-def test_a_burst_launches_in_chunks_and_misses_nothing(
-    tmp_path: Path, make_store: Callable[[Path], Store]
-) -> None:
-    from wfsched.daemon.supervisor import LAUNCH_CHUNK
-
-    h = Harness(make_store(tmp_path / "s"), max_concurrent_runs=200)
-    for number in range(150):
+def _burst(
+    tmp_path: Path, make_store: Callable[[Path], Store], n: int, **config: object
+) -> Harness:
+    h = Harness(make_store(tmp_path / "s"), **{"max_concurrent_runs": 200, **config})
+    for number in range(n):
         h.define(f"s{number:03d}", cron="0 * * * *")
+    return h
+
+
+def _boundaries(h: Harness) -> list[tuple[str, int, int]]:
+    """Each admission commit and spawn of a tick: (point, runs in the store, spawned)."""
+    seen: list[tuple[str, int, int]] = []
+
+    def hook(point: str) -> None:
+        if point in ("after-admission-commit", "after-spawn"):
+            runs = len(h.store.list_runs(limit=1000))
+            seen.append((point, runs, len(h.control.spawned)))
+
+    h.supervisor.fault = hook
+    return seen
+
+
+def test_a_burst_launches_its_first_chunk_before_deciding_the_rest(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 150)
+    seen = _boundaries(h)
     h.tick_at(T0)
-    assert len(h.control.spawned) == LAUNCH_CHUNK
-    assert h.supervisor.wake_now
-    h.tick_at(T0 + 0.01)
-    h.tick_at(T0 + 0.02)
-    assert len(h.control.spawned) == 150
+    first = supervisor.FIRST_CHUNK
+    # The first chunk is committed and launched before a fifth schedule is decided.
+    assert seen[:2] == [("after-admission-commit", first, 0), ("after-spawn", first, first)]
+    sizes = [runs for point, runs, _ in seen if point == "after-spawn"]
+    steps = [b - a for a, b in zip([0, *sizes], sizes, strict=False)]
+    assert steps == [4, 8, 16, 32, 64, 26]
+    assert all(spawned == runs for point, runs, spawned in seen if point == "after-spawn")
     assert len({spec.run_id for spec, _ in h.control.spawned}) == 150
     for spec, _ in h.control.spawned:
         h.control.finish(spec.run_id)
     h.tick_at(T0 + 1)
-    items, _ = h.runs.list(status="completed", limit=100)
-    assert len(items) == 100
+    assert h.store.run_state_counts() == {}
+    assert len(h.store.list_runs(state="completed", limit=1000)) == 150
+
+
+def test_a_burst_sliced_over_ticks_misses_nothing_and_doubles_nothing(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 0.0)  # one chunk per tick
+    h = _burst(tmp_path, make_store, 150)
+    h.tick_at(T0)
+    assert len(h.control.spawned) == supervisor.FIRST_CHUNK
+    assert h.supervisor.wake_now
+    ticks = 1
+    while h.supervisor.wake_now:
+        h.supervisor.wake_now = False
+        h.tick_at(T0 + ticks * 0.01)
+        ticks += 1
+    assert ticks == 6  # chunks of 4, 8, 16, 32, 64 and the last 26
+    assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned) == [
+        f"s{number:03d}" for number in range(150)
+    ]
+    for number in range(150):
+        assert h.history(f"s{number:03d}") == [(iso(T0), "running", None)]
+
+
+def test_capacity_holds_across_the_chunks_of_a_burst(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 20, max_concurrent_runs=6)
+    h.tick_at(T0)
+    h.tick_at(T0 + 0.01)
+    assert len(h.control.spawned) == 6
+    assert h.store.executing_count() == 6
+
+
+def test_a_pause_committed_between_two_chunks_is_seen_by_the_next(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 12)
+
+    def pause_later(point: str) -> None:
+        if point == "after-admission-commit" and not h.control.spawned:
+            h.admin.pause("s010")  # another writer, between the first two chunks
+
+    h.supervisor.fault = pause_later
+    h.tick_at(T0)
+    launched = {spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned}
+    assert launched == {f"s{number:03d}" for number in range(12)} - {"s010"}
+    assert [reason for _, _, reason in h.history("s010")] == ["pause"]  # the pause decided it
+
+
+def test_a_crash_between_chunks_runs_every_admitted_run_once(
+    tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wfsched.daemon import supervisor
+
+    monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
+    h = _burst(tmp_path, make_store, 30)
+    commits = [0]
+
+    def crash_at_second_commit(point: str) -> None:
+        if point == "after-admission-commit":
+            commits[0] += 1
+            if commits[0] == 2:
+                raise _Crash(point)
+
+    h.supervisor.fault = crash_at_second_commit
+    with pytest.raises(_Crash):
+        h.tick_at(T0)
+    first = supervisor.FIRST_CHUNK
+    assert len(h.control.spawned) == first
+    states = [run.state for run in h.store.list_runs(limit=100)]
+    assert sorted(states) == ["admitted"] * 2 * first + ["running"] * first
+    h.supervisor = h.new_supervisor(max_concurrent_runs=200)
+    h.supervisor.recover()
+    h.tick_at(T0 + 0.5)
+    h.tick_at(T0 + 0.6)
+    # The committed chunks run once each; the instants no chunk decided
+    # before the crash fall under the startup rule (misfire = "skip").
+    admitted = [f"s{number:03d}" for number in range(3 * first)]
+    assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned) == admitted
+    assert len({spec.run_id for spec, _ in h.control.spawned}) == 3 * first
+    for number in range(30):
+        states = [state for _, state, _ in h.history(f"s{number:03d}")]
+        assert states == (["running"] if number < 3 * first else ["skipped-misfire"])
 
 
 def test_a_corrupt_stored_definition_blocks_only_its_schedule(h: Harness) -> None:
@@ -604,3 +719,86 @@ def test_cancel_of_an_admitted_run_never_launches_it(h: Harness) -> None:
     h.supervisor.tick()
     assert h.runs.show("run-000001")["state"] == "failed"
     assert h.control.spawned == []
+
+
+class TestQuietTicks:
+    """An idle tick that nothing can have changed only stamps liveness; any
+    commit by another connection, a due instant, or a wake-up ends that."""
+
+    @staticmethod
+    def idle(h: Harness, at: float) -> None:
+        h.clock.set(at)
+        h.supervisor.tick()
+        h.supervisor._sleep_seconds()  # the loop asks this after every tick
+
+    @staticmethod
+    def reads(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+        seen: list[str] = []
+        for name in ("pending_requests", "due_schedules", "earliest_due_schedule"):
+            real = getattr(h.store, name)
+
+            def counted(*args: object, _real=real, _name=name, **kwargs: object) -> object:  # type: ignore[no-untyped-def]
+                seen.append(_name)
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(h.store, name, counted)
+        return seen
+
+    @pytest.fixture
+    def q(self, tmp_path: Path) -> Harness:
+        h = Harness(tmp_path / "store")  # SQLite: its change counter makes ticks quiet
+        h.define("a", cron="0 * * * *")
+        self.idle(h, T0 - 20)
+        return h
+
+    def test_an_idle_tick_reads_nothing_but_stamps_liveness(
+        self, q: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seen = self.reads(q, monkeypatch)
+        self.idle(q, T0 - 10)
+        assert seen == []
+        assert q.store.get_meta("last_tick_at") == repr(T0 - 10)
+        assert q.supervisor._sleep_seconds() == (1.0, False)
+
+    def test_the_due_instant_ends_the_quiet(self, q: Harness) -> None:
+        self.idle(q, T0 - 10)
+        self.idle(q, T0)
+        assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in q.control.spawned] == ["a"]
+
+    def test_a_commit_by_another_connection_ends_the_quiet(
+        self, q: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        other = SQLiteStore(tmp_path / "store")
+        text = 'id = "b"\n[trigger]\nat = "2026-12-01T08:59:50Z"\n[run]\ncommand = ["true"]\n'
+        Admin(other, q.clock).create(parse_definition(text, "b.toml", now=int(q.clock())))
+        seq = Runs(other, q.clock).request_trigger("a")
+        other.close()
+        seen = self.reads(q, monkeypatch)
+        self.idle(q, T0 - 10)
+        assert "pending_requests" in seen and "due_schedules" in seen
+        assert q.store.get_request(seq).state == "done"  # type: ignore[union-attr]
+        assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in q.control.spawned) == [
+            "a",
+            "b",
+        ]
+
+    def test_a_wake_up_or_a_watched_run_ends_the_quiet(
+        self, q: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seen = self.reads(q, monkeypatch)
+        q.supervisor.wake_now = True  # an exit or a signal woke the loop
+        self.idle(q, T0 - 10)
+        assert "pending_requests" in seen
+
+
+def test_the_schedules_of_the_next_instant_are_parsed_while_waiting_for_it(h: Harness) -> None:
+    for name in ("a", "b", "c"):
+        h.define(name, cron="0 * * * *")
+    h.define("later", cron="30 * * * *")
+    h.tick_at(T0 - 90)
+    h.supervisor._sleep_seconds()
+    assert len(h.supervisor.definitions) <= 1  # more than a minute ahead: only the first
+    h.tick_at(T0 - 20)
+    h.supervisor._sleep_seconds()
+    assert {row_id for row_id in h.supervisor._calendars} >= {"a", "b", "c"}
+    assert "later" not in h.supervisor._calendars

@@ -221,7 +221,7 @@ def test_admission_failure_rolls_back_and_admits_once_next_tick(
 def test_a_failed_launch_after_the_admission_committed_launches_once_later(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fail(h, monkeypatch, "insert_attempt")
+    fail(h, monkeypatch, "mark_attempts")
     h.tick_at(T0)
     assert h.runs.show("run-000001")["state"] == "admitted"
     assert h.control.spawned == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -66,7 +67,7 @@ def test_a_stop_request_means_no_sleep_at_all(waiter: Waiter) -> None:
     assert time.monotonic() - started < 5
 
 
-def test_before_a_due_instant_it_prewakes_once_and_spins_to_the_instant(
+def test_before_a_due_instant_it_prewakes_once_and_sleeps_to_the_instant(
     waiter: Waiter,
 ) -> None:
     prewakes: list[float] = []
@@ -77,6 +78,27 @@ def test_before_a_due_instant_it_prewakes_once_and_spins_to_the_instant(
     assert len(prewakes) == 1
     assert prewakes[0] - started >= 0.1 - 0.05  # epoll slept until `early` before it
     assert ended - started >= 0.1 - 0.05 and ended >= prewakes[0]
+
+
+def test_the_sleep_after_the_prewake_is_in_epoll_and_still_woken_by_an_exit() -> None:
+    """After the prewake it sleeps (no CPU burnt spinning), and an fd that
+    becomes readable then still ends the wait at once."""
+    waiter = Waiter(early=5.0)
+    read_end, write_end = os.pipe()
+    try:
+        waiter.watch(read_end)
+        cpu = time.process_time()
+        started = time.monotonic()
+        woken = waiter.wait_until_due(
+            5.0, True, never, lambda: threading.Timer(0.3, os.write, (write_end, b"x")).start()
+        )
+        assert woken is True
+        assert 0.2 < time.monotonic() - started < 4
+        assert time.process_time() - cpu < 0.1
+    finally:
+        waiter.close()
+        os.close(read_end)
+        os.close(write_end)
 
 
 def test_no_prewake_when_not_due_or_when_woken_early(waiter: Waiter) -> None:

@@ -7,6 +7,8 @@ two serialize. The clock is injected; nothing here reads the time itself.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,14 +218,18 @@ class Admin(Reads):
 
     def _load_all(self, paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
         files: dict[Path, None] = {}  # ordered and de-duplicated by real path
+        real_dirs: dict[Path, Path] = {}
         for given in paths:
             path = Path(given)
             if path.is_dir():
-                for found in sorted(path.rglob("*.toml")):
+                # Sorted by parts, as Path's own order (without its per-compare cost).
+                for found in sorted(path.rglob("*.toml"), key=lambda found: found.parts):
                     # Hidden folders and files (.git, editor swap files) are not definitions.
                     hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
-                    if found.is_file() and not hidden:
-                        files.setdefault(found.resolve(), None)
+                    if not hidden:
+                        real = _real_file(found, real_dirs)
+                        if real is not None:
+                            files.setdefault(real, None)
             elif path.exists():
                 files.setdefault(path.resolve(), None)
             else:
@@ -449,3 +455,21 @@ def _refuse_deleted(row: ScheduleRow, operation: str) -> None:
             f"{row.id}: cannot {operation} a deleted schedule (deleted at"
             f" {format_instant(row.deleted_at)}); its history stays readable with `wfsched get`"
         )
+
+
+def _real_file(found: Path, real_dirs: dict[Path, Path]) -> Path | None:
+    """`found.resolve()` if it is a file (None otherwise), resolving each
+    folder once: a file that is no symlink lies in its folder's real path,
+    and resolving every file anew walks its whole path per file."""
+    try:
+        mode = os.lstat(found).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        return found.resolve() if found.is_file() else None
+    if not stat.S_ISREG(mode):
+        return None
+    parent = real_dirs.get(found.parent)
+    if parent is None:
+        parent = real_dirs[found.parent] = found.parent.resolve()
+    return parent / found.name

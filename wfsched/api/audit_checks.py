@@ -122,9 +122,13 @@ _LAUNCHED_STATES = ("running", "completed", "failed", "interrupted")
 Add = Callable[..., None]
 
 
-def audit(store: Store) -> dict[str, Any]:
+def audit(store: Store, host: str | None = None) -> dict[str, Any]:
     """Check every invariant; `{"ok", "violations", "checked", "notes"}`
-    (read-only). Notes say what could not be checked and is no violation."""
+    (read-only). Notes say what could not be checked and is no violation.
+
+    Run directories live on the host that executed the run: with `host` (this
+    host's name), only runs recorded on it (or before runs had hosts) are
+    checked against `store.runs_dir`; None checks every run's directory here."""
     violations: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
 
@@ -165,7 +169,7 @@ def audit(store: Store) -> dict[str, Any]:
                 _check_ledger(row, history.get(row.id, []), store, add, note)
             _check_ledger_order(store, add)
             _check_watermarks(schedules, store.ledger_high_marks(), add)
-            _check_runs(store, add)
+            _check_runs(store, add, host)
             _check_orphans(store, run_dirs, add)
     violations.sort(key=lambda v: (_ORDER[v["check"]], v["schedule_id"] or "", v["run_id"] or ""))
     return {"ok": not violations, "violations": violations, "checked": checked, "notes": notes}
@@ -179,24 +183,27 @@ def empty_report() -> dict[str, Any]:
     return {"ok": True, "violations": [], "checked": checked, "notes": []}
 
 
-def audit_location(location: StoreLocation) -> dict[str, Any]:
-    """Audit the store `location` names, never creating one (NotFoundError if none)."""
+def audit_location(location: StoreLocation, host: str | None = None) -> dict[str, Any]:
+    """Audit the store `location` names, never creating one (NotFoundError if none);
+    `host` as in `audit`."""
     if location.path is not None:
-        return audit_path(location.path)
+        return audit_path(location.path, host, runs_dir=location.runs_dir)
     store = open_location(location, create=False)
     if store is None:
         raise NotFoundError(f"no store at {location.display}; nothing to audit")
     try:
-        return audit(store)
+        return audit(store, host)
     finally:
         store.close()
 
 
-def audit_path(root: Path) -> dict[str, Any]:
+def audit_path(
+    root: Path, host: str | None = None, *, runs_dir: Path | None = None
+) -> dict[str, Any]:
     """Open the store at `root` only to audit it (NotFoundError if there is none)."""
-    store = open_existing_store(root, missing="nothing to audit")
+    store = open_existing_store(root, missing="nothing to audit", runs_dir=runs_dir)
     try:
-        return audit(store)
+        return audit(store, host)
     finally:
         store.close()
 
@@ -535,7 +542,7 @@ def _check_watermarks(schedules: list[ScheduleRow], highs: dict[str, int], add: 
 # -------------------------------------------------------- runs and directories
 
 
-def _check_runs(store: Store, add: Add) -> None:
+def _check_runs(store: Store, add: Add, host: str | None) -> None:
     for run in store.runs_with_attempts():
         numbers = sorted(run.attempts)
         if numbers != list(range(1, run.attempt + 1)):
@@ -546,7 +553,8 @@ def _check_runs(store: Store, add: Add) -> None:
                 run.seq,
             )
         _check_states(run, add)
-        if run.attempts and run.state in _LAUNCHED_STATES:
+        here = host is None or run.host is None or run.host == host
+        if here and run.attempts and run.state in _LAUNCHED_STATES:
             directory = store.runs_dir / run_id(run.seq)
             if not directory.is_dir():
                 add(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,43 @@ def check_list_arguments(*, status: str | None, limit: int, cursor: str | None) 
     return decode_cursor(cursor, "before")["before"] if cursor else None
 
 
+@dataclass(frozen=True)
+class LogPlace:
+    """Where an attempt's logs are, seen from this host."""
+
+    run_id: str
+    attempt: int
+    host: str | None
+    """The host that executed the run (None: not recorded)."""
+    directory: Path
+    """The attempt's directory on that host."""
+    here: bool
+    """The full logs can be read here: the run is this host's and its run
+    directory is in this host's runs root."""
+    running: bool
+    runs_root: Path
+    """This host's runs root, where the logs were looked for."""
+    same_host: bool
+    """The run's host is this host's name: its directory is simply not in
+    `runs_root` (another runs root, or removed)."""
+
+    def elsewhere(self) -> str:
+        """`on host web-2 in /var/lib/.../attempt-1`: where the full logs are,
+        and why they were not found here when the host is this one."""
+        host = f"host {self.host}" if self.host else "the host that ran it (not recorded)"
+        where = f"on {host} in {self.directory}"
+        if self.same_host:
+            where += f" (this host, but not in the runs root read here, {self.runs_root})"
+        return where
+
+
 class Runs:
-    def __init__(self, store: Store, clock: Clock = wall_clock) -> None:
+    def __init__(self, store: Store, clock: Clock = wall_clock, host: str | None = None) -> None:
+        """`host`: this host's name, to tell a run executed here from one executed
+        elsewhere (None: every run counts as this host's, as with one host)."""
         self.store = store
         self.clock = clock
+        self.host = host
 
     def run(self, text: str) -> RunRow:
         seq = parse_run_id(text)
@@ -50,28 +84,84 @@ class Runs:
         directory, the last lines of the latest attempt's stderr, and each
         failure hook's outcome; each attempt also says whether the shim cut
         its logs to max_log_bytes (`output_truncated`: bytes dropped per
-        stream, or null; known on the host that ran it)."""
+        stream, or null; known on the host that ran it). `run_dir` is the
+        run's directory on the host that executed it; `logs_here` says
+        whether it can be read on this one (if not, the stderr lines come from
+        the tail the exit record kept in the store)."""
         with self.store.snapshot():
             run = self.run(text)
             view = run_view(run, self.store.attempts(run.seq))
             hooks = self.store.run_notifications(run.seq)
+            stored_stderr = (
+                self.store.attempt_output(run.seq, run.attempt)[1] if run.attempt else None
+            )
+        here = self._here(run)
         directory = RunDir(self.store.runs_dir, run.run_id)
-        view["run_dir"] = str(directory.path)
-        view["stderr_tail"] = (
-            _tail(directory.log_path(run.attempt, "stderr"), STDERR_TAIL_LINES)
-            if run.attempt
-            else []
-        )
+        view["run_dir"] = str(directory.path if here else self._directory(run))
+        view["logs_here"] = here
+        if not run.attempt:
+            view["stderr_tail"] = []
+        elif here:
+            view["stderr_tail"] = _tail(
+                directory.log_path(run.attempt, "stderr"), STDERR_TAIL_LINES
+            )
+        else:
+            view["stderr_tail"] = _last_lines(stored_stderr or b"", STDERR_TAIL_LINES)
         view["failure_hooks"] = [notification_view(hook) for hook in hooks]
         for attempt in view["attempts"]:
             dropped = {
                 stream: count
                 for stream in ("stdout", "stderr")
-                if (count := log_truncation(directory.log_path(attempt["attempt"], stream)))
+                if here
+                and (count := log_truncation(directory.log_path(attempt["attempt"], stream)))
                 is not None
             }
             attempt["output_truncated"] = dropped or None
         return view
+
+    def _here(self, run: RunRow) -> bool:
+        """Are the run's files on this host? Its host is this one (or was not
+        recorded) and its directory is in this host's runs root."""
+        if self.host is not None and run.host is not None and run.host != self.host:
+            return False
+        return RunDir(self.store.runs_dir, run.run_id).path.is_dir()
+
+    def _directory(self, run: RunRow) -> Path:
+        """The run's directory on the host that executed it (the runs root it
+        froze, else this host's)."""
+        root = run.frozen.runs_root
+        return Path(root) / run.run_id if root else RunDir(self.store.runs_dir, run.run_id).path
+
+    def log_place(self, text: str, attempt: int | None = None) -> LogPlace:
+        """Where the attempt's logs are (the latest attempt by default); an
+        admitted run has none, and we do not invent them."""
+        run = self.run(text)
+        if run.attempt == 0:
+            raise NotFoundError(f"{run.run_id} has not started yet; it has no logs")
+        chosen = attempt if attempt is not None else run.attempt
+        if not 1 <= chosen <= run.attempt:
+            raise UsageError(f"{run.run_id} has attempts 1..{run.attempt}")
+        here = self._here(run)
+        root = RunDir(self.store.runs_dir, run.run_id) if here else None
+        directory = root.attempt_dir(chosen) if root else self._directory(run) / f"attempt-{chosen}"
+        return LogPlace(
+            run.run_id,
+            chosen,
+            run.host,
+            directory,
+            here,
+            self.attempt_running(text, chosen),
+            self.store.runs_dir,
+            same_host=not here and (self.host is None or run.host is None or run.host == self.host),
+        )
+
+    def stored_output(self, place: LogPlace) -> tuple[bytes | None, bytes | None]:
+        """The last 64 KiB (OUTPUT_TAIL_BYTES) of stdout and stderr the attempt's exit
+        record kept in the store (None: not kept: the attempt has not ended,
+        or ended before tails were kept)."""
+        seq = parse_run_id(place.run_id)
+        assert seq is not None
+        return self.store.attempt_output(seq, place.attempt)
 
     def list(
         self,
@@ -155,6 +245,10 @@ class Runs:
             time.sleep(0.05)
 
 
+def _last_lines(data: bytes, lines: int) -> list[str]:
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
 def _tail(path: Path, lines: int) -> list[str]:
     """The last `lines` lines of a log (decoded leniently); [] when absent."""
     try:
@@ -165,5 +259,4 @@ def _tail(path: Path, lines: int) -> list[str]:
             data = handle.read()
     except OSError:
         return []
-    text = data.decode("utf-8", errors="replace")
-    return text.splitlines()[-lines:]
+    return _last_lines(data, lines)

@@ -26,8 +26,11 @@ from wfsched.store.ownership import Ownership
 from wfsched.store.rundirs import records_root
 
 
-def copy_store(source: StoreLocation, destination: StoreLocation) -> dict[str, Any]:
-    """Copy `source` into `destination`; the counts per table, seconds, and the audit."""
+def copy_store(
+    source: StoreLocation, destination: StoreLocation, host: str | None = None
+) -> dict[str, Any]:
+    """Copy `source` into `destination`; the counts per table, seconds, and the
+    audit (`host`: this host's name, whose runs' directories the copy carries)."""
     if source.display == destination.display:
         raise ConflictError(f"{source.display}: a store cannot be copied onto itself")
     src = open_location(source, create=False)
@@ -48,7 +51,7 @@ def copy_store(source: StoreLocation, destination: StoreLocation) -> dict[str, A
                 _copy_tree(src.runs_dir, dest.runs_dir)
                 _copy_tree(records_root(src.root), records_root(dest.root))
                 seconds = round(time.monotonic() - started, 3)
-                report = audit(dest)
+                report = audit(dest, host)
         finally:
             dest.close()
     finally:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from wfsched.api.admin import Admin
     from wfsched.api.reads import Reads
+    from wfsched.domain.config import LocalSettings
     from wfsched.store import Store
     from wfsched.store.location import StoreLocation
 
@@ -47,6 +49,12 @@ class CliState:
     console: Console | None = None
     """Injectable; created on first use (stdout, no forced colour)."""
     _store: Store | None = field(default=None, repr=False)
+    runs_dir_option: str | None = None
+    """`--runs-dir` of the commands that read or write run directories."""
+    uses_runs_dir: bool = False
+    """Set by `runs_dir_option`: the command reads this host's settings
+    (config.toml `runs_dir`, `host`) to find run directories."""
+    _settings: LocalSettings | None = field(default=None, repr=False)
 
     def get_console(self) -> Console:
         if self.console is None:
@@ -68,8 +76,23 @@ class CliState:
         if self._location is None:
             from wfsched.store.location import resolve_store
 
-            self._location = resolve_store(self.store_option)
+            location = resolve_store(self.store_option)
+            if self.uses_runs_dir:
+                runs_dir = self.settings(location.local_dir).runs_dir
+                if runs_dir is not None:
+                    location = replace(location, runs_dir=Path(runs_dir))
+            self._location = location
         return self._location
+
+    def settings(self, local_dir: Path | None = None) -> LocalSettings:
+        """This host's name and runs root: flags, else config.toml, else defaults."""
+        if self._settings is None:
+            from wfsched.domain.config import local_settings
+
+            self._settings = local_settings(
+                local_dir or self.location().local_dir, runs_dir=self.runs_dir_option
+            )
+        return self._settings
 
     def store(self, *, create: bool) -> Store | None:
         """The store, opened once per invocation and closed with the context.
@@ -137,6 +160,25 @@ class CliState:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def runs_dir_option(func: F) -> F:
+    """`--runs-dir DIR` for the commands that read or write run directories; with
+    it they also read this host's `runs_dir` and `host` from config.toml."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        state = ctx.ensure_object(CliState)
+        state.uses_runs_dir = True
+        state.runs_dir_option = value
+
+    return click.option(
+        "--runs-dir",
+        metavar="DIR",
+        expose_value=False,
+        is_eager=True,
+        callback=remember,
+        help="This host's run directories. [config runs_dir, else <local dir>/runs]",
+    )(func)
 
 
 def pass_state(func: F) -> F:

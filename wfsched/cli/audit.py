@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
-from wfsched.cli import CliState, pass_state
+from wfsched.cli import CliState, pass_state, runs_dir_option
 from wfsched.cli.output import print_json, say
 from wfsched.errors import OperationError
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@runs_dir_option
 @pass_state
 def audit(state: CliState, as_json: bool) -> None:
     """Prove from the store that no occurrence was admitted twice, every run is
@@ -23,7 +24,7 @@ def audit(state: CliState, as_json: bool) -> None:
     from wfsched.api.audit_checks import audit_location, empty_report
 
     missing = state.store_missing()
-    report = empty_report() if missing else audit_location(state.location())
+    report = empty_report() if missing else audit_location(state.location(), state.settings().host)
     if as_json:
         print_json(report)
     else:

@@ -8,14 +8,15 @@ wrapper around it, so click's test runner sees exactly what a shell sees.
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
 
 from wfsched import __version__
-from wfsched.cli import CliState, audit, prune, runs, schedules, store, supervise
+from wfsched.cli import CliState
 from wfsched.cli.output import printable
 from wfsched.daemon import early_stop
 from wfsched.errors import DefinitionErrors, WfschedError
@@ -158,12 +159,80 @@ def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
 
 
 # --- command registration: the one place command groups join `wfsched` ---------
-schedules.register(cli)
-runs.register(cli)
-supervise.register(cli)
-prune.register(cli)
-audit.register(cli)
-store.register(cli)
+COMMAND_MODULES = {
+    "wfsched.cli.schedules": (
+        "validate", "create", "apply", "get", "list", "update", "edit", "pause", "resume",
+        "delete", "next", "occurrences", "status",
+    ),
+    "wfsched.cli.runs": ("runs", "trigger"),
+    "wfsched.cli.supervise": ("supervise",),
+    "wfsched.cli.prune": ("prune",),
+    "wfsched.cli.audit": ("audit",),
+    "wfsched.cli.store": ("store",),
+}  # fmt: skip
+"""Which module registers which commands (its `register(group)`)."""
+
+
+class _Commands(dict[str, click.Command]):
+    """The group's commands, each module imported when one of its commands
+    is first asked for: `wfsched supervise` runs for months, and the other
+    commands' modules would cost it about 2 MB of resident memory for
+    nothing. Listing (help, completion) imports them all."""
+
+    def __init__(self, group: click.Group) -> None:
+        super().__init__()
+        self._group = group
+        self._pending = {
+            name: module for module, names in COMMAND_MODULES.items() for name in names
+        }
+
+    def _load(self, name: str) -> None:
+        module = self._pending.get(name)
+        if module is None:
+            return
+        for other in COMMAND_MODULES[module]:
+            self._pending.pop(other, None)
+        importlib.import_module(module).register(self._group)
+
+    def _load_all(self) -> None:
+        while self._pending:
+            self._load(next(iter(self._pending)))
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        self._load(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name: str) -> click.Command:
+        self._load(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name: object) -> bool:
+        if isinstance(name, str):
+            self._load(name)
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._load_all()
+        return super().__len__()
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        self._load_all()
+        return super().keys()
+
+    def values(self):  # type: ignore[no-untyped-def]
+        self._load_all()
+        return super().values()
+
+    def items(self):  # type: ignore[no-untyped-def]
+        self._load_all()
+        return super().items()
+
+
+cli.commands = _Commands(cli)
 # ---------------------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wfsched.cli import CliState, pass_state
+from wfsched.cli import CliState, pass_state, runs_dir_option
 from wfsched.cli.output import print_json, say
 from wfsched.cli.params import Duration
 from wfsched.errors import OperationError
@@ -28,6 +28,7 @@ SHOWN_RUN_IDS = 20
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be removed; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@runs_dir_option
 @pass_state
 def prune(state: CliState, older_than: float, dry_run: bool, as_json: bool) -> None:
     """Remove finished runs (rows, attempts, run directories) and ledger rows

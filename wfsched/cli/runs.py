@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from wfsched.cli import CliState, pass_state
+from wfsched.cli import CliState, pass_state, runs_dir_option
 from wfsched.cli.complete import run_argument, schedule_argument, schedule_ids
 from wfsched.cli.output import (
     add_row,
@@ -29,7 +29,7 @@ from wfsched.cli.output import (
 from wfsched.errors import NotFoundError, OperationError, UsageError
 
 if TYPE_CHECKING:
-    from wfsched.api.run_ops import Runs
+    from wfsched.api.run_ops import LogPlace, Runs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,13 +38,15 @@ ANSWER_WAIT = 5.0
 """Seconds a request waits for a running supervisor's answer (it polls every 1 s)."""
 
 
-def _runs(state: CliState) -> Runs:
+def _runs(state: CliState, *, here: bool = False) -> Runs:
+    """The runs API; `here`: told this host's name (config `host`), for the
+    commands that read run directories."""
     from wfsched.api.run_ops import Runs
 
     store = state.store(create=False)
     if store is None:
         raise NotFoundError(f"no store at {state.location().display}")
-    return Runs(store, clock=state.clock)
+    return Runs(store, clock=state.clock, host=state.settings().host if here else None)
 
 
 def _list_options(command: F) -> F:
@@ -173,10 +175,15 @@ def _no_runs_text(schedule_id: str | None, status: str | None, cursor: str | Non
 @runs.command("show")
 @run_argument()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@runs_dir_option
 @pass_state
 def show_run(state: CliState, run: str, as_json: bool) -> None:
-    """One run: its frozen invocation, attempts and reasons."""
-    view = _runs(state).show(run)
+    """One run: its frozen invocation, attempts and reasons.
+
+    From a host other than the one that executed the run, the stderr lines
+    come from the tail its exit record kept in the store.
+    """
+    view = _runs(state, here=True).show(run)
     if as_json:
         print_json(view)
         return
@@ -209,6 +216,12 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
     else:
         say("not started yet: no attempts, no output")
         return
+    if not view["logs_here"]:
+        host = f"host {view['host']}" if view["host"] else "the host that ran it"
+        say(
+            f"the full logs are on {host} in {view['run_dir']}; the lines below come from"
+            " the last 64 KiB of output kept in the store"
+        )
     if view["stderr_tail"]:
         say(f"last lines of stderr (attempt {view['attempts'][-1]['attempt']}):")
         for line in view["stderr_tail"]:
@@ -245,6 +258,7 @@ def _hooks_text(view: dict[str, Any]) -> str:
     is_flag=True,
     help="Keep printing until the attempt ends (stdout unless --stderr).",
 )
+@runs_dir_option
 @pass_state
 def logs(
     state: CliState,
@@ -259,11 +273,18 @@ def logs(
     With neither --stdout nor --stderr, both streams are shown: stdout as is
     when stderr is empty, otherwise each under a `==> stdout (N bytes) <==`
     label. --follow follows one stream (stdout unless --stderr) and says how
-    much the other one holds.
+    much the other one holds. On another host than the one that ran it, the
+    last 64 KiB of each stream kept in the store are shown, and stderr says
+    which host and directory hold the full logs; --follow of an attempt still
+    running elsewhere exits 3 naming them.
     """
     if only_stdout and stderr:
         raise UsageError("--stdout and --stderr cannot be combined; give neither for both")
-    api = _runs(state)
+    api = _runs(state, here=True)
+    place = api.log_place(run, attempt)
+    if not place.here:
+        _stored_logs(api, place, only_stdout, stderr, follow)
+        return
     if stderr or only_stdout or follow:
         path = api.log_file(run, attempt=attempt, stderr=stderr)
         _copy_log(api, run, attempt, path, follow)
@@ -288,6 +309,46 @@ def logs(
         if _size(path):
             _copy_log(api, run, attempt, path, False)
             _end_line(path)
+
+
+def _stored_logs(api: Runs, place: LogPlace, only_stdout: bool, stderr: bool, follow: bool) -> None:
+    """The tails the exit record kept, for an attempt that ran elsewhere."""
+    from wfsched.store.rundirs import OUTPUT_TAIL_BYTES
+
+    where = place.elsewhere()
+    label = f"{place.run_id} attempt {place.attempt}"
+    if follow and place.running:
+        raise NotFoundError(
+            f"{label} is running {where}; follow it there (its output reaches the store"
+            " when the attempt ends)"
+        )
+    out, err = api.stored_output(place)
+    if out is None and err is None:
+        why = "is still running" if place.running else "ended before output was kept"
+        raise NotFoundError(
+            f"{label} {why}: the store holds none of its output; the full logs are {where}"
+        )
+    click.echo(
+        f"wfsched: note: {label} ran {where}; showing the last"
+        f" {OUTPUT_TAIL_BYTES // 1024} KiB of each stream, kept in the store",
+        err=True,
+    )
+    if stderr or only_stdout or follow:
+        _write((err if stderr else out) or b"")
+        return
+    if not err:
+        if not out:
+            click.echo(f"wfsched: note: {label} wrote nothing to stdout or stderr", err=True)
+        _write(out or b"")
+        return
+    for name, data in (("stdout", out or b""), ("stderr", err)):
+        say(f"==> {name} ({len(data)} bytes) <==")
+        _write(data if data.endswith(b"\n") or not data else data + b"\n")
+
+
+def _write(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 def _size(path: Path) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from wfsched.cli import CliState, pass_state
+from wfsched.cli import CliState, pass_state, runs_dir_option
 from wfsched.cli.output import print_json, say
 from wfsched.errors import OperationError
 
@@ -23,6 +23,7 @@ def store() -> None:
     help="An empty store to copy into: a directory (SQLite) or a postgresql:// URL.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@runs_dir_option
 @pass_state
 def copy(state: CliState, destination: str, as_json: bool) -> None:
     """Copy the whole store (--store) into the empty store STORE, then audit the copy.
@@ -35,7 +36,7 @@ def copy(state: CliState, destination: str, as_json: bool) -> None:
     from wfsched.api.store_copy import copy_store
     from wfsched.store.location import resolve_store
 
-    report = copy_store(state.location(), resolve_store(destination))
+    report = copy_store(state.location(), resolve_store(destination), state.settings().host)
     audit = report["audit"]
     if as_json:
         print_json(report)

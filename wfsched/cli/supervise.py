@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wfsched.cli import CliState, pass_state
+from wfsched.cli import CliState, pass_state, runs_dir_option
 from wfsched.cli.params import Duration
 from wfsched.daemon import early_stop
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     metavar="NAME",
     help="The name recorded on every run this supervisor admits. [the hostname]",
 )
+@runs_dir_option
 @click.option(
     "--lease",
     type=Duration(),
@@ -114,6 +115,7 @@ def supervise(
             "lease": lease,
             "lease_renew": lease_renew,
             "host_timeout": host_timeout,
+            "runs_dir": state.runs_dir_option,
         },
     )
     log = EventLog(log_format, clock=state.clock)

@@ -189,6 +189,11 @@ class FailureHooks:
             return
         self._in_flight[handle.pid] = ({"fault": kind}, record_dir, handle, None)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a hook runs (its end is still to be logged)."""
+        return bool(self._in_flight)
+
     def orphaned(self) -> None:
         """The launcher was replaced: the exits of hooks in flight will never
         be reported, so `reaped` polls them from now on."""

@@ -13,9 +13,10 @@ import contextlib
 import json
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,7 +42,7 @@ from wfsched.domain.timeutil import (
     occurrence_id,
     wall_clock,
 )
-from wfsched.errors import ConflictError, LeaseLost, StoreUnavailable, WfschedError
+from wfsched.errors import ConflictError, LeaseLost, StoreUnavailable, UsageError, WfschedError
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
@@ -73,6 +74,7 @@ from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
     RunDir,
     attempt_record_dir,
+    log_tail,
     prepare_record_dir,
     record_dir,
 )
@@ -91,13 +93,27 @@ ABANDONED = (
     "abandoned: the supervisor lost this run (no live parent, no exit record); its command"
     " may have started, so external effects may already have happened. Not retried"
 )
+FIRST_CHUNK = 4
+"""Admissions in a burst's first chunk: committed, marked and launched before
+the next schedule is decided, so the first run starts milliseconds after its
+instant however many are due with it."""
 LAUNCH_CHUNK = 64
+"""The largest chunk (chunks double from FIRST_CHUNK): one admission commit
+and one mark commit per chunk keeps the per-run cost of a big burst low."""
+BURST_SLICE = 0.25
+"""Seconds one tick spends on a burst's chunks; the rest is decided by the
+next ticks, so exits and requests are still handled during a long burst."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
 _DURING_FAULTS = ("watch", "metrics")
 """The phases that run through a store fault episode: taking the launcher's
 exit reports (no store write) and the metrics refresh (reads only; it keeps
 its last values when reads fail)."""
+WARM_AHEAD = 60.0
+WARM_LIMIT = 10_000
+"""Within WARM_AHEAD seconds of a due instant, up to WARM_LIMIT schedules due
+then get their definitions parsed and calendars built while the supervisor
+waits, not while the burst's first runs wait."""
 PROBE_FREE_BYTES = 256 * 1024
 """A full disk counts as cleared once this much is free again: SQLite can
 write into WAL space it already has, so one small write succeeding proves
@@ -152,6 +168,38 @@ class Watch:
     never_started: str = NEVER_STARTED
     """The reason recorded when a lost launch proves to have started nothing."""
     lost_launches: int = 0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a run cannot start (preflight or input resolution)."""
+
+    reason: str
+
+
+@dataclass
+class _Burst:
+    """What one tick's admission still has to decide (see `admit_due`)."""
+
+    ids: list[str]
+    """Due schedules not decided yet, in round-robin order."""
+    rows: dict[str, ScheduleRow]
+    """Rows read in the current transaction (the first chunk's)."""
+    active: dict[str, int]
+    capacity_left: int
+    budget: int
+
+
+def _still_due(row: ScheduleRow, instant_now: int) -> bool:
+    """`Store.due_schedules`' condition, for a row read again by id."""
+    if row.next_due is not None and row.next_due <= instant_now:
+        return True
+    return (
+        row.candidate_at is not None
+        and not row.blocked_reason
+        and not row.paused
+        and row.deleted_at is None
+    )
 
 
 @dataclass
@@ -251,6 +299,23 @@ class Supervisor:
         self._next_retention = 0.0
         self._unlaunched = True
         """Admitted runs may await launch (recovery's, a burst's later chunks)."""
+        self._quiet_due: tuple[int | None, int] | None = None
+        """(next due instant, the store's change counter) when the last full
+        tick found nothing due: until either moves, ticks are quiet."""
+        self._nothing_due = False
+        """The last admission phase found nothing due (the idle tick)."""
+        self._warmed_for: int | None = None
+        """The due instant whose schedules were warmed (see `_read_next_due`)."""
+        self._tick_changes: int | None = None
+        """The store's change counter as the last full tick began."""
+        self._burst_rest: list[str] = []
+        """Due schedules a burst's last tick left undecided (`_start_burst`)."""
+        self._chunk = FIRST_CHUNK
+        """The size of the next admission chunk (see `admit_due`)."""
+        self._environ: dict[str, str] | None = None
+        """`os.environ` as this tick read it (see `_environment`)."""
+        self._preflights: dict[tuple[str, str | None, str | None], str | None] = {}
+        """This tick's preflight answers (see `_preflight`)."""
         self._hook_pids: list[int] = []
         """Pids the launcher reported that are no runs' (hooks'), kept while
         a store fault episode holds their outcomes back."""
@@ -446,13 +511,37 @@ class Supervisor:
         timeout = self.config.poll_interval
         if not self.launcher.up:
             timeout = min(timeout, max(0.0, self.launcher.retry_at - time.monotonic()))
-        row = self.store.earliest_due_schedule()
-        if row is None or row.next_due is None:
+        # While quiet, nothing changed since the next due instant was read.
+        quiet = self._quiet_due
+        next_due = quiet[0] if quiet is not None else self._read_next_due()
+        if next_due is None:
             return timeout, False
-        with contextlib.suppress(WfschedError, ValueError):
-            self._calendar(row, self.definitions.get(row))
-        until_due = row.next_due - self.clock()
+        until_due = next_due - self.clock()
+        if next_due != self._warmed_for and until_due <= WARM_AHEAD:
+            # Everything due with it, once per instant: a burst then decides
+            # from parsed definitions and built calendars.
+            self._warmed_for = next_due
+            self._warm(self.store.due_schedules(next_due, limit=WARM_LIMIT))
         return max(0.0, min(timeout, until_due)), until_due <= timeout
+
+    def _read_next_due(self) -> int | None:
+        """The next due instant; remembered for the quiet ticks (`_quiet`)
+        when nothing was due this tick, with the store's change counter read
+        first (a commit after it is seen as a change)."""
+        row = self.store.earliest_due_schedule()
+        next_due = row.next_due if row is not None else None
+        if row is not None and next_due is not None:
+            self._warm([row])
+        if self._nothing_due and self._tick_changes is not None:
+            self._quiet_due = (next_due, self._tick_changes)
+        return next_due
+
+    def _warm(self, rows: list[ScheduleRow]) -> None:
+        """Parse these schedules' definitions and build their calendars ahead
+        of their instant (a definition that fails is blocked when decided)."""
+        for row in rows:
+            with contextlib.suppress(WfschedError, ValueError):
+                self._calendar(row, self.definitions.get(row))
 
     def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
         """Sleep until the next tick; before a due instant, warm the disk (a
@@ -481,8 +570,17 @@ class Supervisor:
             return
         now = self.clock()
         self._follow_lease()
+        if self._quiet(now):
+            if self.leading:
+                self._phase("liveness", self._stamp)
+            return
+        self._quiet_due = None  # read again by `_sleep_seconds` after this tick
+        # Read before anything else: a commit from now on changes it again.
+        self._tick_changes = self._phase("liveness", self.store.changes)
         if self.owned_at is None and self.leading:
             self.owned_at = now
+        self._environ = None
+        self._preflights = {}
         self._phase("ingestion", self.ingest_exits)
         if self.leading:
             self._phase("requests", self.handle_requests)
@@ -497,6 +595,35 @@ class Supervisor:
             self._phase("hosts", self.abandon_lost_hosts, now)
         if self.leading:
             self._phase("liveness", self._stamp)
+
+    def _quiet(self, now: float) -> bool:
+        """Whether this tick has nothing to do but the liveness stamp: no
+        run or hook to watch, no work left in memory, nothing woke the loop,
+        nothing due before the next due instant the last full tick found,
+        and no other connection committed since (a new schedule, an edit, a
+        request). An idle supervisor then costs one statement and a stamp per
+        tick, not a read of all its work."""
+        due = self._quiet_due
+        if (
+            due is None
+            or self.wake_now
+            or self.watches
+            or self._reaped
+            or self._hook_pids
+            or self._unlaunched
+            or self._notices
+            or self._rejected
+            or self._burst_rest
+            or self.draining
+            or not self.launcher.up
+            or self.errors.episode is not None
+            or self.hooks.busy
+            or (due[0] is not None and now >= due[0])
+            or (self.config.retention is not None and now >= self._next_retention)
+        ):
+            return False
+        changes = self.store.changes()
+        return changes is not None and changes == due[1]
 
     def _phase(self, name: str, action: Callable[..., T], *args: Any) -> T | None:
         """Run one phase; contain what it raises (a store error, a bug).
@@ -691,8 +818,51 @@ class Supervisor:
             self._notices.append(Notice(run, run.attempt, reason, None))
 
     def admit_due(self, now: float) -> None:
-        """Decide every due schedule in one transaction, then launch."""
+        """Decide the due schedules in chunks: each chunk is one transaction,
+        and its runs are marked and launched as soon as it commits, before
+        the next chunk is decided (a small first chunk, then doubling).
+
+        An idle tick is one indexed read, outside any write transaction.
+        """
         instant_now = int(now)
+        self._nothing_due = False
+        if not self._burst_rest:
+            failed, self._admission_failed = self._admission_failed, True
+            if not self.store.due_schedules(instant_now, limit=1):
+                self._admission_failed = False
+                self._nothing_due = True
+                return  # the idle tick: one indexed query, nothing more
+            self._admission_failed = failed
+        began = time.monotonic()
+        burst: _Burst | None = None
+        while True:
+            size = self._chunk
+            self._chunk = min(size * 2, LAUNCH_CHUNK)
+            burst, admitted = self._admission_chunk(now, instant_now, burst, size)
+            if admitted:
+                self.fault("after-admission-commit")
+                # A failed launch is the launch phase's: the admissions stand,
+                # and the launch phase looks for them again next tick.
+                self._phase("launch", self._launch_runs, admitted)
+            if not burst.ids:
+                self._chunk = FIRST_CHUNK  # the burst is over
+                return
+            if (
+                burst.budget <= 0
+                or self.errors.episode is not None
+                or time.monotonic() - began >= BURST_SLICE
+            ):
+                # The rest of the burst is decided by the next ticks, in
+                # chunks as large as this tick's next one would have been.
+                self._burst_rest = burst.ids
+                self.wake_now = True
+                return
+
+    def _admission_chunk(
+        self, now: float, instant_now: int, burst: _Burst | None, size: int
+    ) -> tuple[_Burst, list[RunRow]]:
+        """One transaction: up to `size` admissions (the first chunk also
+        reads what is due); logged and owed hooks only once it committed."""
         late_reason = "store-unavailable" if self._admission_failed else "late"
         if self._failover_pending:
             late_reason = FAILOVER
@@ -701,7 +871,12 @@ class Supervisor:
         self._deferred = []
         try:
             with self.store.atomic():
-                admitted = self._admit_in_transaction(now, instant_now, late_reason)
+                if burst is None:
+                    burst = self._start_burst(instant_now)
+                admitted = self._decide_chunk(burst, now, instant_now, size, late_reason)
+                self._focus = {}  # the commit is every schedule's
+                if admitted:
+                    self.fault("before-admission-commit")
             lines, self._deferred = self._deferred, None
             for event, fields in lines:
                 self.log(event, **fields)
@@ -711,42 +886,69 @@ class Supervisor:
         self._failover_pending = False
         self._rejected.extend(self._rejections)  # committed: their hooks are owed
         self._rejections = []
-        if admitted is None:
-            return  # the idle tick: one indexed query, nothing more
-        if admitted:
-            self.fault("after-admission-commit")
-        # A burst launches a chunk per tick: the first jobs start at once and
-        # the loop keeps ingesting exits and requests between chunks. A failed
-        # launch is the launch phase's: the admissions stand, launched later.
-        self._phase("launch", self.launch, admitted[:LAUNCH_CHUNK])
-        if len(admitted) > LAUNCH_CHUNK:
-            self.wake_now = True
-            self._unlaunched = True
+        return burst, admitted
 
-    def _admit_in_transaction(
-        self, now: float, instant_now: int, late_reason: str
-    ) -> list[int] | None:
-        """The decisions of one tick (None on an idle tick); the caller commits."""
-        rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
-        if not rows:
-            return None  # the idle tick: one indexed query, nothing more
-        admitted: list[int] = []
-        capacity_left = max(0, self.config.max_concurrent_runs - self.store.executing_count())
-        budget = self.config.max_admissions_per_tick
-        active = self.store.active_run_counts([row.id for row in rows])
-        for row in rows:
-            if budget <= 0:
+    def _start_burst(self, instant_now: int) -> _Burst:
+        """What this tick decides: the due schedules in round-robin order,
+        the free capacity, the admission budget and the overlap counts. Only
+        this supervisor adds or ends scheduled runs, so the counts hold for
+        the whole tick; the rows themselves are read again per chunk. A burst
+        longer than a tick goes on with the schedules the last tick left,
+        before anything else is looked at (no re-read of every due row per
+        tick; a schedule due meanwhile waits for the burst's end)."""
+        rest, self._burst_rest = self._burst_rest, []
+        if rest:
+            # Continued from the last tick: every row is read per chunk.
+            rows: list[ScheduleRow] = []
+            ids = rest
+        else:
+            rows = self._rotate(self.store.due_schedules(instant_now, limit=100_000))
+            ids = [row.id for row in rows]
+        return _Burst(
+            ids=ids,
+            rows={row.id: row for row in rows},
+            active=self.store.active_run_counts(ids) if ids else {},
+            capacity_left=max(0, self.config.max_concurrent_runs - self.store.executing_count()),
+            budget=self.config.max_admissions_per_tick,
+        )
+
+    def _decide_chunk(
+        self, burst: _Burst, now: float, instant_now: int, size: int, late_reason: str
+    ) -> list[RunRow]:
+        """Decide schedules, in order, until `size` runs are admitted. A
+        schedule is decided from its row as this transaction reads it: an
+        administration command committed between two chunks (a pause, an
+        update) is seen, and a schedule no longer due is passed over."""
+        admitted: list[RunRow] = []
+        while burst.ids and len(admitted) < size:
+            if burst.budget <= 0:
                 self.wake_now = True
                 break
-            runs = self._decide_one(
-                row, now, active.get(row.id, 0), capacity_left, budget, late_reason
-            )
-            admitted.extend(runs)
-            capacity_left -= len(runs)
-            budget -= len(runs)
-        self._focus = {}  # the commit is every schedule's
-        if admitted:
-            self.fault("before-admission-commit")
+            take = burst.ids[: size - len(admitted)]
+            del burst.ids[: len(take)]
+            unread = [schedule_id for schedule_id in take if schedule_id not in burst.rows]
+            if unread:
+                burst.rows.update(self.store.schedules_by_id(unread))
+            for index, schedule_id in enumerate(take):
+                row = burst.rows.pop(schedule_id, None)
+                if row is None or not _still_due(row, instant_now):
+                    continue
+                if burst.budget <= 0:
+                    burst.ids[:0] = take[index:]  # decided by the next tick
+                    self.wake_now = True
+                    break
+                runs = self._decide_one(
+                    row,
+                    now,
+                    burst.active.get(row.id, 0),
+                    burst.capacity_left,
+                    burst.budget,
+                    late_reason,
+                )
+                admitted.extend(runs)
+                burst.capacity_left -= len(runs)
+                burst.budget -= len(runs)
+        burst.rows.clear()  # what the next chunk decides, it reads again
         return admitted
 
     def _rotate(self, rows: list[ScheduleRow]) -> list[ScheduleRow]:
@@ -763,7 +965,7 @@ class Supervisor:
         capacity_left: int,
         budget: int,
         late_reason: str,
-    ) -> list[int]:
+    ) -> list[RunRow]:
         self._focus = {"schedule": row.id}
         try:
             with self.store.atomic():
@@ -806,7 +1008,7 @@ class Supervisor:
 
     def _persist(
         self, row: ScheduleRow, defn: Definition, decision: Decision, now: float
-    ) -> list[int]:
+    ) -> list[RunRow]:
         record_entries(self.store, row.id, row.revision, decision.entries, now)
         for entry in decision.entries:
             self._note(
@@ -814,9 +1016,9 @@ class Supervisor:
             )
         admitted = []
         for instant, _why in decision.admit:
-            seq = self._admit(row, defn, instant, now)
-            if seq is not None:
-                admitted.append(seq)
+            run = self._admit(row, defn, instant, now)
+            if run is not None:
+                admitted.append(run)
         if decision.blocked:
             self._note("blocked", schedule=row.id, reason=decision.blocked)
         self.store.update_schedule(
@@ -833,12 +1035,13 @@ class Supervisor:
             self._round_robin_after = row.id
         return admitted
 
-    def _admit(self, row: ScheduleRow, defn: Definition, instant: int, now: float) -> int | None:
+    def _admit(self, row: ScheduleRow, defn: Definition, instant: int, now: float) -> RunRow | None:
         """Freeze the invocation and write the run and its admitted row, or
-        record preflight-rejected: no run is invented for a rejected start."""
-        seq = self._freeze(row, defn, instant, "scheduled", now)
-        if isinstance(seq, str):
-            reason = seq
+        record preflight-rejected: no run is invented for a rejected start.
+        The run as written (its launch needs no read back)."""
+        frozen = self._freeze_invocation(row, defn, instant, "scheduled")
+        if isinstance(frozen, Refusal):
+            reason = frozen.reason
             self.store.insert_occurrence(
                 row.id, instant, "preflight-rejected", row.revision, now, reason=reason
             )
@@ -848,27 +1051,60 @@ class Supervisor:
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
+        seq = self.store.insert_run(
+            row.id, "scheduled", instant, row.revision, frozen, now, host=self.config.host
+        )
         self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
         self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
-        return seq
+        return RunRow(
+            seq, row.id, "scheduled", instant, "admitted", None, None, row.revision, frozen, now,
+            None, None, 0, self.config.host,
+        )  # fmt: skip
 
     def _freeze(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
     ) -> int | str:
-        """The one way a run is made, scheduled or manual: resolve its inputs,
-        preflight its command, then insert the run with its invocation frozen.
-        The run's seq, or why it cannot start (a str): then nothing is written.
-        A manual run has no occurrence: its `occurrence_id` binding is JSON null."""
+        """The one way a run is made, scheduled or manual: its invocation
+        frozen (`_freeze_invocation`), then the run inserted. The run's seq,
+        or why it cannot start (a str): then nothing is written."""
+        frozen = self._freeze_invocation(row, defn, instant, kind)
+        if isinstance(frozen, Refusal):
+            return frozen.reason
+        return self.store.insert_run(
+            row.id, kind, instant, row.revision, frozen, now, host=self.config.host
+        )
+
+    def _freeze_invocation(
+        self, row: ScheduleRow, defn: Definition, instant: int, kind: str
+    ) -> str | Refusal:
+        """Resolve the run's inputs and preflight its command: the frozen
+        invocation (JSON text), or why it cannot start. A manual run has no
+        occurrence: its `occurrence_id` binding is JSON null."""
         occurrence = None if kind == "manual" else occurrence_id(row.id, instant)
         reason, document = self._resolve(defn, row.id, occurrence, instant)
         if reason is None:
-            reason = preflight(defn.run.command, defn.run.cwd, {**os.environ, **dict(defn.run.env)})
+            reason = self._preflight(defn)
         if reason is not None:
-            return reason
-        invocation = _invocation(defn, document)
-        return self.store.insert_run(
-            row.id, kind, instant, row.revision, invocation, now, host=self.config.host
-        )
+            return Refusal(reason)
+        return _invocation(defn, document, self.store.runs_dir)
+
+    def _preflight(self, defn: Definition) -> str | None:
+        """`preflight`, answered once per tick for each program, cwd and
+        PATH: a burst of one command would search PATH once per run."""
+        env = self._environment()
+        if defn.run.env:
+            env = {**env, **dict(defn.run.env)}
+        key = (defn.run.command[0], defn.run.cwd, env.get("PATH"))
+        if key not in self._preflights:
+            self._preflights[key] = preflight(defn.run.command, defn.run.cwd, env)
+        return self._preflights[key]
+
+    def _environment(self) -> dict[str, str]:
+        """The supervisor's environment, read once per tick: copying
+        `os.environ` decodes every variable, and a burst needs it per run."""
+        if self._environ is None:
+            self._environ = dict(os.environ)
+        return self._environ
 
     @staticmethod
     def _resolve(
@@ -921,7 +1157,7 @@ class Supervisor:
             self._unlaunched = False
             return
         room = self.config.max_concurrent_runs - self.store.scheduled_running_count()
-        chosen: list[int] = []
+        chosen: list[RunRow] = []
         for run in pending:
             if len(chosen) == LAUNCH_CHUNK:
                 self.wake_now = True
@@ -935,11 +1171,11 @@ class Supervisor:
                     self.block(run.schedule_id, f"{run.run_id} is admitted but has attempts")
                 continue
             if run.is_manual:
-                chosen.append(run.seq)
+                chosen.append(run)
             elif room > 0 and self._schedule_usable(run.schedule_id):
-                chosen.append(run.seq)
+                chosen.append(run)
                 room -= 1
-        self.launch(chosen)
+        self._launch_runs(chosen)
 
     def _schedule_usable(self, schedule_id: str) -> bool:
         row = self.store.get_schedule(schedule_id)
@@ -960,25 +1196,38 @@ class Supervisor:
         launcher up, nothing is marked: admitted runs stay admitted (durable)
         and launch once a launcher is back; a resume request stays pending.
         """
-        if not seqs:
-            return
-        if not self._may_lead():
+        if seqs and not self._may_lead():
             self._unlaunched = True
             return
-        if self.errors.episode is not None:
-            # Nothing starts that cannot be recorded (or cannot be forked):
-            # the runs stay admitted and launch once the episode ends.
-            self._unlaunched = True
-            return
-        self._focus = {
-            "runs": ",".join(run_id(seq) for seq in seqs),
-            "request": answer.seq if answer else None,
-        }
-        if not self.launcher.up:
-            self._unlaunched = True
+        if not seqs or self._launch_held():
             return
         runs = [run for run in (self.store.get_run(seq) for seq in seqs) if run is not None]
-        prepared: list[tuple[RunRow, Invocation, RunDir]] = []
+        self._launch_runs(runs, attempt, resume_input, answer)
+
+    def _launch_held(self) -> bool:
+        """Whether launches wait: nothing starts that cannot be recorded (or
+        cannot be forked) in a fault episode, nor without a launcher. The runs
+        stay admitted and launch once it ends."""
+        if self.errors.episode is not None or not self.launcher.up:
+            self._unlaunched = True
+            return True
+        return False
+
+    def _launch_runs(
+        self,
+        runs: list[RunRow],
+        attempt: int = 1,
+        resume_input: Any = NO_RESUME_INPUT,
+        answer: RequestRow | None = None,
+    ) -> None:
+        """`launch`, for runs as read (or as just admitted)."""
+        if not runs or self._launch_held():
+            return
+        self._focus = {
+            "runs": ",".join(run.run_id for run in runs),
+            "request": answer.seq if answer else None,
+        }
+        prepared: list[tuple[RunRow, Invocation, RunDir, Path]] = []
         failure: Exception | None = None
         for run in runs:
             # One run that cannot be prepared (or failed) never holds up the rest.
@@ -988,7 +1237,9 @@ class Supervisor:
                 try:
                     rundir.prepare(invocation.input)
                     rundir.prepare_attempt(attempt, resume_input)
-                    prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
+                    records = prepare_record_dir(
+                        attempt_record_dir(self.store.root, run.run_id, attempt)
+                    )
                 except Exception as exc:
                     if classify(exc, self.store.root) is not None:
                         raise  # a full or read-only disk: not this run's fault
@@ -1002,7 +1253,7 @@ class Supervisor:
                     raise
                 failure = failure or exc  # left as it was: retried next tick
                 continue
-            prepared.append((run, invocation, rundir))
+            prepared.append((run, invocation, rundir, records))
         if not prepared:
             if failure is not None:
                 raise failure
@@ -1010,19 +1261,16 @@ class Supervisor:
         self.fault("after-run-dir" if attempt == 1 else "before-resume-mark")
         started = self.clock()
         with self.store.atomic():
-            for run, _, _ in prepared:
-                self.store.insert_attempt(run.seq, attempt, started)
-                # The previous attempt's reason and exit code stay on its
-                # attempt row; the run reports none while this one runs.
-                self.store.update_run(
-                    run.seq,
-                    state="running",
-                    started_at=run.started_at or started,
-                    attempt=attempt,
-                    reason=None,
-                    exit_code=None,
-                    host=self.config.host,
-                )
+            # The previous attempt's reason and exit code stay on its attempt
+            # row; the run reports none while this one runs.
+            self.store.mark_attempts(
+                [(run.seq, attempt, started, run.started_at or started) for run, *_ in prepared]
+            )
+            for run, *_ in prepared:
+                # The host that launches it (a new leader launches what the
+                # old one admitted): its agent from now on.
+                self.store.update_run(run.seq, host=self.config.host)
+            for run, *_ in prepared:
                 if answer is not None:
                     self.store.finish_request(
                         answer.seq, "done", f"{run.run_id} attempt {attempt}", started
@@ -1030,15 +1278,8 @@ class Supervisor:
         # From the mark on, every attempt is watched until its end is recorded:
         # whatever fails from here is settled per run, as a lost launch is.
         watches = [
-            Watch(
-                run.seq,
-                run.schedule_id,
-                attempt,
-                attempt_record_dir(self.store.root, run.run_id, attempt),
-                None,
-                False,
-            )
-            for run, _, _ in prepared
+            Watch(run.seq, run.schedule_id, attempt, records, None, False)
+            for run, _, _, records in prepared
         ]
         try:
             self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
@@ -1047,10 +1288,15 @@ class Supervisor:
                 self._launch_failed(watch, exc)
             raise
         handles: list[tuple[int, ShimHandle]] = []
-        for (run, invocation, rundir), watch in zip(prepared, watches, strict=True):
+        for (run, invocation, rundir, _), watch in zip(prepared, watches, strict=True):
             try:
                 spec = self._spec(
-                    run, invocation, rundir, attempt, resume_input is not NO_RESUME_INPUT
+                    run,
+                    invocation,
+                    rundir,
+                    watch.record_dir,
+                    attempt,
+                    resume_input is not NO_RESUME_INPUT,
                 )
                 handle = self._spawn(run, watch, spec)
             except Exception as exc:
@@ -1103,22 +1349,26 @@ class Supervisor:
         if not handles:
             return
         with self.store.atomic():
-            for seq, handle in handles:
-                watch = self.watches.get(seq)
-                if watch is not None:
-                    self.store.update_attempt(
-                        seq, watch.attempt, shim_pid=handle.pid, shim_start_time=handle.start_time
-                    )
+            self.store.set_shim_handles(
+                [
+                    (seq, watch.attempt, handle.pid, handle.start_time)
+                    for seq, handle in handles
+                    if (watch := self.watches.get(seq)) is not None
+                ]
+            )
 
     def _spec(
         self,
         run: RunRow,
         invocation: Invocation,
         rundir: RunDir,
+        records: Path,
         attempt: int,
         resumed: bool,
     ) -> LaunchSpec:
-        env = {key: value for key, value in os.environ.items() if key not in _PRIVATE_ENV}
+        env = dict(self._environment())
+        for key in _PRIVATE_ENV:
+            env.pop(key, None)
         env.update(invocation.env)
         env.update(
             WFSCHED_SCHEDULE_ID=run.schedule_id,
@@ -1142,7 +1392,7 @@ class Supervisor:
             env=env,
             stdin_path=str(stdin),
             attempt_dir=str(rundir.attempt_dir(attempt)),
-            record_dir=str(attempt_record_dir(self.store.root, run.run_id, attempt)),
+            record_dir=str(records),
             timeout=invocation.timeout,
             kill_grace=invocation.kill_grace,
             max_log_bytes=self.config.max_log_bytes,
@@ -1541,6 +1791,7 @@ class Supervisor:
                 reason = watch.cancel_reason
         else:
             state, reason = "failed", failure
+        directory = RunDir(self.store.runs_dir, run.run_id)
         self.store.update_attempt(
             run.seq,
             watch.attempt,
@@ -1548,6 +1799,10 @@ class Supervisor:
             finished_at=finished,
             exit_code=exit_code,
             reason=reason,
+            # The exit record keeps each stream's tail, so the output can be
+            # read on any host (the full logs stay in the run directory here).
+            stdout_tail=log_tail(directory.log_path(watch.attempt, "stdout")),
+            stderr_tail=log_tail(directory.log_path(watch.attempt, "stderr")),
         )
         self.store.update_run(
             run.seq,
@@ -1894,11 +2149,12 @@ class Supervisor:
                 self._wait(min(0.25, remaining))
 
 
-def _invocation(defn: Definition, document: Any) -> str:
+def _invocation(defn: Definition, document: Any, runs_root: Path) -> str:
     """The frozen invocation. A stored definition from an earlier release may
     carry a timeout or kill_grace longer than MAX_DURATION: clamped here, so
     every deadline the shim computes stays representable (ten years still
-    means "never" in practice)."""
+    means "never" in practice). `runs_root`: this host's, where the run's
+    directory will be, so an operator on another host is told where it is."""
     timeout = defn.run.timeout
     return json.dumps(
         {
@@ -1909,6 +2165,7 @@ def _invocation(defn: Definition, document: Any) -> str:
             "timeout": None if timeout is None else min(timeout, MAX_DURATION),
             "kill_grace": min(defn.run.kill_grace, MAX_DURATION),
             "interrupt_exit_code": defn.run.interrupt_exit_code,
+            "runs_root": str(runs_root),
         }
     )
 
@@ -1950,6 +2207,8 @@ def run_supervisor(
     before this was called (the CLI catches them even earlier)."""
     if isinstance(location, Path):
         location = resolve_store(location)
+    if location.runs_dir is None and config.runs_dir is not None:
+        location = replace(location, runs_dir=Path(config.runs_dir))
     early: list[int] = []
     previous = {
         signum: signal.signal(signum, lambda n, _f: early.append(n))
@@ -1991,7 +2250,10 @@ def _supervise(
     before the database is opened: one supervisor, always the leader. On a
     PostgreSQL store any number of supervisors join (a shared session lock,
     which only `store copy` excludes) and the leader lease decides which one
-    leads (`wfsched.daemon.leadership`)."""
+    leads (`wfsched.daemon.leadership`). A runs root given elsewhere is checked
+    first: the launcher already writes in the store's local directory."""
+    if location.runs_dir is not None:
+        _prepare_runs_dir(location.runs_dir)
     control.start()
     if early or stopped():
         control.stop()
@@ -2052,3 +2314,14 @@ def _supervise(
         control.stop()
         if ownership is not None:
             ownership.release()
+
+
+def _prepare_runs_dir(path: Path) -> None:
+    """A runs root given by `--runs-dir` / `runs_dir`, made (private) before
+    anything else, so one that cannot be used refuses the start (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"runs_dir {path}: cannot use it: {exc.strerror or exc}") from None

@@ -21,6 +21,7 @@ import functools
 import re
 import threading
 import zoneinfo
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
@@ -234,6 +235,13 @@ def normalize_cron(expr: str) -> str:
 
     Raises ValueError with a one-line operator message for anything refused.
     """
+    if not isinstance(expr, str):
+        raise ValueError(f"cron expression must be a string, not {type(expr).__name__}")
+    return _normalize_cron(expr)
+
+
+@functools.lru_cache(maxsize=1024)
+def _normalize_cron(expr: str) -> str:
     normalized = _check(expr)
     _croniter(normalized, UTC)
     return normalized
@@ -290,6 +298,10 @@ def _ceil_minute(moment: datetime) -> datetime:
     return floor if floor == moment else floor + _MINUTE
 
 
+_REMEMBERED = 16
+"""Answers a calendar keeps per direction (see `CronCalendar._remembered`)."""
+
+
 class CronCalendar:
     """Occurrences of a normalized five-field expression in an IANA zone.
 
@@ -307,6 +319,8 @@ class CronCalendar:
         self.zone = resolve_zone(zone)
         self._iter = _croniter(normalized, self.zone)
         self._lock = threading.Lock()
+        self._next_answers: dict[int, int] = {}
+        self._prev_answers: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return f"CronCalendar({self.expression!r}, {self.zone_name!r})"
@@ -421,10 +435,25 @@ class CronCalendar:
             best = nearer(best, moment)
 
     def next_after_epoch(self, t: int) -> int:
-        return _to_epoch(self.next_after(_from_epoch(t)))
+        return self._remembered(self._next_answers, t, self.next_after)
 
     def prev_before_epoch(self, t: int) -> int:
-        return _to_epoch(self.prev_before(_from_epoch(t)))
+        return self._remembered(self._prev_answers, t, self.prev_before)
+
+    @staticmethod
+    def _remembered(answers: dict[int, int], t: int, query: Callable[[datetime], datetime]) -> int:
+        """A few recent answers are kept: calendars are shared by every
+        schedule with the same expression and zone (`cron_calendar`), and
+        when those fall due together each asks the same questions (the due
+        instant, the one after it); `apply` asks the never-fires probe's
+        question again for the first due instant."""
+        answer = answers.get(t)
+        if answer is None:
+            answer = _to_epoch(query(_from_epoch(t)))
+            if len(answers) >= _REMEMBERED:
+                answers.clear()
+            answers[t] = answer
+        return answer
 
 
 class OneShotCalendar:
@@ -456,10 +485,18 @@ def calendar_for(trigger: CronTrigger | OneShotTrigger) -> CronCalendar | OneSho
     from wfsched.domain.model import CronTrigger, OneShotTrigger
 
     if isinstance(trigger, CronTrigger):
-        return CronCalendar(trigger.normalized, trigger.timezone)
+        return cron_calendar(trigger.normalized, trigger.timezone)
     if isinstance(trigger, OneShotTrigger):
         return OneShotCalendar(trigger.at)
     raise TypeError(f"not a trigger: {type(trigger).__name__}")
+
+
+@functools.lru_cache(maxsize=1024)
+def cron_calendar(normalized: str, zone: str) -> CronCalendar:
+    """The calendar of an expression in a zone, shared by every schedule that
+    uses it: building one costs croniter's whole parse (most of what `apply`
+    spends per definition), and a calendar holds no per-schedule state."""
+    return CronCalendar(normalized, zone)
 
 
 def check_fires(normalized: str, zone: str, after: int) -> None:
@@ -470,7 +507,7 @@ def check_fires(normalized: str, zone: str, after: int) -> None:
     for the next instant is the exact test.
     """
     try:
-        CronCalendar(normalized, zone).next_after_epoch(after)
+        cron_calendar(normalized, zone).next_after_epoch(after)
     except CalendarExhausted as exc:
         raise ValueError(
             f"never fires (e.g. 30 February); {normalized!r} has no instant "

@@ -7,6 +7,7 @@ definition error, so a typo never silently becomes a default.
 from __future__ import annotations
 
 import math
+import os
 import re
 import socket
 from dataclasses import dataclass, field, fields, replace
@@ -55,6 +56,9 @@ class SupervisorConfig:
     host_timeout: float = 60.0
     """A PostgreSQL store's host whose heartbeat is older than this is lost:
     the leader fails its unfinished runs as abandoned (never re-run)."""
+    runs_dir: str | None = None
+    """This host's run directories (`--runs-dir`); None: beside the store's
+    local directory (`<local dir>/runs`)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ _KEYS = {
     "lease": _Key("seconds", 0.2, 3600),
     "lease_renew": _Key("seconds", 0.05, 3600),
     "host_timeout": _Key("seconds", 1, 86400),
+    "runs_dir": _Key("path", 0),
 }
 
 MAX_HOST_LENGTH = 253
@@ -147,6 +152,8 @@ def _value(
             return check_host(raw)
         except ValueError as exc:
             raise DefinitionError(source, key, str(exc)) from None
+    if spec.kind == "path":
+        return check_runs_dir(source, key, raw, relative_ok=flag is not None)
     if spec.kind == "listen":
         if not isinstance(raw, str):
             raise DefinitionError(source, key, 'must be a string like "127.0.0.1:9464"')
@@ -189,6 +196,59 @@ def check_host(name: str) -> str:
             f"{name!r}: only letters, digits, '.', '-' and '_', starting with a letter or digit"
         )
     return name
+
+
+def check_runs_dir(source: str, key: str, raw: Any, *, relative_ok: bool) -> str:
+    """A runs root as an absolute path (`~` expanded). In config.toml it must be
+    absolute (relative to what would be a guess); on the command line it is
+    relative to the working directory. An existing path must be a directory."""
+    if not isinstance(raw, str) or not raw.strip() or "\0" in raw:
+        raise DefinitionError(source, key, "must be a non-empty path without NUL characters")
+    expanded = os.path.expanduser(raw)
+    if not os.path.isabs(expanded) and not relative_ok:
+        raise DefinitionError(source, key, f"{raw!r} must be an absolute path")
+    path = os.path.abspath(expanded)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise DefinitionError(source, key, f"{path} exists and is not a directory")
+    return path
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """What a command on this host needs of config.toml without starting a
+    supervisor: the host's name and its runs root."""
+
+    host: str
+    runs_dir: str | None
+
+
+def local_settings(
+    local_dir: Path, *, host: str | None = None, runs_dir: str | None = None
+) -> LocalSettings:
+    """`host` and `runs_dir` from the flags, else `<local dir>/config.toml`, else
+    the defaults. Only these two keys are read and checked: the other settings
+    are the supervisor's, checked when it starts."""
+    values: dict[str, Any] = {}
+    path = local_dir / CONFIG_NAME
+    if (host is None or runs_dir is None) and path.exists():
+        import tomllib
+
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8").removeprefix(BOM))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise DefinitionError(str(path), "", f"cannot read: {exc}") from None
+        for key in ("host", "runs_dir"):
+            if key in document:
+                values[key] = _value(str(path), key, document[key])
+    if host is not None:
+        values["host"] = _value("command line", "--host", host, flag="host")
+    if runs_dir is not None:
+        values["runs_dir"] = _value("command line", "--runs-dir", runs_dir, flag="runs_dir")
+    runs_root = values.get("runs_dir")
+    return LocalSettings(
+        host=str(values.get("host") or socket.gethostname()),
+        runs_dir=None if runs_root is None else str(runs_root),
+    )
 
 
 # -- listen addresses (`metrics_listen`): parsed here, so reading the

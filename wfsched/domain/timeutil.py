@@ -7,10 +7,12 @@ are only ever produced for display: two fold 01:30s compare equal locally.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import lru_cache
 
 Clock = Callable[[], float]
 """A wall clock returning epoch seconds; injected wherever time is judged."""
@@ -47,8 +49,15 @@ def format_instant(epoch: int | float | None) -> str | None:
     """Whole-second UTC RFC 3339 (`2026-12-01T09:00:00Z`) for instants."""
     if epoch is None:
         return None
-    moment = to_datetime(int(epoch))
-    return _date_text(moment) + moment.strftime("T%H:%M:%SZ")
+    return _second_text(int(epoch)) + "Z"
+
+
+@lru_cache(maxsize=256)
+def _second_text(second: int) -> str:
+    """`2026-12-01T09:00:00`: cached, since a burst formats one instant per
+    run several times, and the event log one second per many lines."""
+    moment = to_datetime(second)
+    return _date_text(moment) + moment.strftime("T%H:%M:%S")
 
 
 def format_event(epoch: float | None) -> str | None:
@@ -60,12 +69,20 @@ def format_event(epoch: float | None) -> str | None:
     if epoch is None:
         return None
     moment = to_datetime(epoch)
-    return _date_text(moment) + moment.strftime("T%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    second = math.floor(epoch)
+    if second % 60 != moment.second:
+        second += 1  # rounded to the microsecond, it is the next second
+    return f"{_second_text(second)}.{moment.microsecond // 1000:03d}Z"
 
 
 def occurrence_id(schedule_id: str, instant: int) -> str:
+    return f"{schedule_id}@{_compact_instant(instant)}"
+
+
+@lru_cache(maxsize=256)
+def _compact_instant(instant: int) -> str:
     moment = to_datetime(instant)
-    return f"{schedule_id}@{_date_text(moment, '')}{moment.strftime('T%H%M%SZ')}"
+    return f"{_date_text(moment, '')}{moment.strftime('T%H%M%SZ')}"
 
 
 def parse_instant(text: str) -> int:

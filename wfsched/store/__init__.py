@@ -51,13 +51,15 @@ def open_location(
         from wfsched.store.postgres import NoStore, PostgresStore
 
         try:
-            return PostgresStore(location, create=create)
+            return PostgresStore(location, create=create, runs_dir=location.runs_dir)
         except NoStore:
             return None
     assert location.path is not None
     if not create and not (location.path / DB_NAME).exists():
         return None
-    return SQLiteStore(location.path, create=create, busy_timeout=busy_timeout)
+    return SQLiteStore(
+        location.path, create=create, busy_timeout=busy_timeout, runs_dir=location.runs_dir
+    )
 
 
 __all__ = [

@@ -191,18 +191,18 @@ class AuditQueries(Connected):
     def runs_with_attempts(self) -> Iterator[RunAttempts]:
         packed_attempts = self.dialect.group_concat("a.attempt || ':' || a.state")
         cursor = self._execute(
-            "SELECT r.seq, r.schedule_id, r.kind, r.state, r.attempt,"
+            "SELECT r.seq, r.schedule_id, r.kind, r.state, r.attempt, r.host,"
             f" {packed_attempts}"
             " FROM runs r LEFT JOIN attempts a ON a.run_seq = r.seq"
             " GROUP BY r.seq ORDER BY r.seq"
         )
-        for seq, schedule_id, kind, state, attempt, packed in cursor:
+        for seq, schedule_id, kind, state, attempt, host, packed in cursor:
             attempts: dict[int, str] = {}
             for item in (packed or "").split(","):
                 if item:
                     number, _, attempt_state = item.partition(":")
                     attempts[int(number)] = attempt_state
-            yield RunAttempts(seq, schedule_id, kind, state, attempt, attempts)
+            yield RunAttempts(seq, schedule_id, kind, state, attempt, attempts, host)
 
     def attempts_without_run(self) -> list[tuple[int, int]]:
         """(run seq, attempt rows) for attempt rows whose run does not exist."""

@@ -210,11 +210,25 @@ class Store(Protocol):
 
     def insert_attempt(self, run_seq: int, attempt: int, started_at: float) -> None: ...
 
+    def mark_attempts(self, marks: Sequence[tuple[int, int, float, float]]) -> None:
+        """(run_seq, attempt, started_at, run started_at): attempts and runs running."""
+        ...
+
+    def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+        """(run_seq, attempt, shim_pid, shim_start_time) of started shims."""
+        ...
+
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None: ...
 
     def attempts(self, run_seq: int) -> list[AttemptRow]: ...
 
     def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None: ...
+
+    def attempt_output(self, run_seq: int, attempt: int) -> tuple[bytes | None, bytes | None]:
+        """(stdout tail, stderr tail) the attempt's exit record kept in the store, the last
+        64 KiB of each (`update_attempt(stdout_tail=..., stderr_tail=...)`); None: not kept
+        (the attempt has not ended, or ended before tails were kept)."""
+        ...
 
     def insert_request(
         self,
@@ -236,6 +250,10 @@ class Store(Protocol):
 
     def touch_meta(self, **values: str) -> None:
         """A bookkeeping write (the liveness stamp) committed without an fsync."""
+        ...
+
+    def changes(self) -> int | None:
+        """Changes whenever another connection commits; None if unknown."""
         ...
 
     def get_meta(self, key: str) -> str | None: ...

@@ -41,6 +41,9 @@ class StoreLocation:
     """How the store is named in output and errors: the path, or the URL without password."""
     local_dir: Path
     """This host's directory for config.toml and run directories."""
+    runs_dir: Path | None = None
+    """This host's runs root when set (`--runs-dir`, config `runs_dir`); None:
+    `<local_dir>/runs`."""
 
     @property
     def is_postgres(self) -> bool:

@@ -76,6 +76,9 @@ class Invocation:
     kill_grace: int
     interrupt_exit_code: int | None
     """None also for runs frozen before the setting existed."""
+    runs_root: str | None = None
+    """The runs root of the host that executes the run, where its directory
+    (`WFSCHED_RUN_DIR`) is; None for runs frozen before it was recorded."""
 
     @classmethod
     def from_json(cls, text: str) -> Invocation:
@@ -89,6 +92,7 @@ class Invocation:
             timeout=data["timeout"],
             kill_grace=data["kill_grace"],
             interrupt_exit_code=data.get("interrupt_exit_code"),
+            runs_root=data.get("runs_root"),
         )
 
 
@@ -188,6 +192,7 @@ class RunAttempts:
     state: str
     attempt: int
     attempts: dict[int, str]
+    host: str | None = None
 
 
 @dataclass(frozen=True)

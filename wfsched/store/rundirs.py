@@ -43,13 +43,27 @@ class RunDir:
     def prepare(self, input_document: Any) -> None:
         """Create the run directory with its input; idempotent, so a launch
         retried after recovery rewrites the same content. OSError if a job
-        left something in the way (the caller fails the launch closed)."""
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_json_atomic(self.input_path, input_document)
+        left something in the way (the caller fails the launch closed).
+
+        A directory this call created is new: its input is written in place
+        (no job has seen it yet, and a launch that crashes before its mark
+        comes back through the rewrite path). The usual launch costs three
+        system calls this way instead of eight."""
+        try:
+            os.mkdir(self.path)
+            os.mkdir(self.state_dir, 0o700)
+        except OSError:
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_json_atomic(self.input_path, input_document)
+            return
+        _write_json(self.input_path, input_document)
 
     def prepare_attempt(self, attempt: int, resume_input: Any = NO_RESUME_INPUT) -> Path:
         directory = self.attempt_dir(attempt)
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            os.mkdir(directory, 0o700)
+        except OSError:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         if resume_input is not NO_RESUME_INPUT:
             write_json_atomic(self.resume_input_path(attempt), resume_input)
         return directory
@@ -89,11 +103,20 @@ def write_json_atomic(path: Path, document: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()  # whatever a job left there (a directory makes this fail)
-    # Never through a symlink a job placed: O_EXCL | O_NOFOLLOW.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with open(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, ensure_ascii=False)
+    _write_json(tmp, document)
     os.replace(tmp, path)
+
+
+def _write_json(path: Path, document: Any) -> None:
+    """A new file (never through a symlink a job placed: O_EXCL | O_NOFOLLOW)."""
+    data = json.dumps(document, ensure_ascii=False).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 LOG_TRUNCATED = b"[wfsched: "
@@ -122,3 +145,31 @@ def log_truncation(path: Path) -> int | None:
         return None
     count = first[len(LOG_TRUNCATED) :].split(b" ", 1)[0]
     return int(count) if count.isdigit() else None
+
+
+OUTPUT_TAIL_BYTES = 64 * 1024
+"""How much of the end of each output stream an attempt's exit record keeps
+in the store, so its output can be read from any host."""
+
+
+def log_tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> bytes | None:
+    """The last `limit` bytes of a log; None when it is absent or not a regular
+    file (the job may have replaced it with a FIFO or a link: never followed,
+    never blocked on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        start = max(0, info.st_size - limit)
+        data = b""
+        while len(data) < limit and (chunk := os.pread(fd, limit - len(data), start + len(data))):
+            data += chunk
+        return data
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -16,11 +16,24 @@ else `/run/wfsched` for root, else `/tmp/wfsched-<uid>`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+
+def _sha256(data: bytes) -> Any:
+    """SHA-256 from CPython's own implementation when it has one: `hashlib`
+    loads OpenSSL's libcrypto, about 3.4 MB resident in a daemon that has no
+    other use for it."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]  # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef]  # 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data)
 
 
 def runtime_dir() -> Path:
@@ -36,7 +49,7 @@ def runtime_dir() -> Path:
 
 
 def fault_path(store_root: Path) -> Path:
-    digest = hashlib.sha256(str(store_root).encode()).hexdigest()[:16]
+    digest = _sha256(str(store_root).encode()).hexdigest()[:16]
     return runtime_dir() / f"fault-{digest}.json"
 
 

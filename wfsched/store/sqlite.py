@@ -75,7 +75,17 @@ _ATTEMPT_COLUMNS = (
     "run_seq, attempt, state, started_at, finished_at, exit_code, reason, shim_pid, shim_start_time"
 )
 _ATTEMPT_MUTABLE = frozenset(
-    {"state", "started_at", "finished_at", "exit_code", "reason", "shim_pid", "shim_start_time"}
+    {
+        "state",
+        "started_at",
+        "finished_at",
+        "exit_code",
+        "reason",
+        "shim_pid",
+        "shim_start_time",
+        "stdout_tail",
+        "stderr_tail",
+    }
 )
 # State lists are SQL literals, never bound parameters: SQLite only uses the
 # partial index `runs_unfinished` when the query repeats its WHERE literally.
@@ -107,13 +117,21 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     dialect = SQLITE
 
     def __init__(
-        self, root: str | Path, *, create: bool = True, busy_timeout: float | None = None
+        self,
+        root: str | Path,
+        *,
+        create: bool = True,
+        busy_timeout: float | None = None,
+        runs_dir: Path | None = None,
     ) -> None:
         self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if busy_timeout is None else busy_timeout
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
         self.db_path = self.root / DB_NAME
         self.lock_path = self.root / LOCK_NAME
-        self.runs_dir = self.root / RUNS_DIR
+        self.runs_dir = runs_dir or self.root / RUNS_DIR
+        # A runs root given elsewhere is created by the supervisor that uses
+        # it, never by opening the store (a reading command creates nothing).
+        self._own_runs_dir = runs_dir is None
         self.display = str(self.root)
         if not self.db_path.exists() and not create:
             raise StoreError(f"no store at {self.root}; create a schedule there first")
@@ -126,7 +144,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         old_umask = os.umask(0o077)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            self.runs_dir.mkdir(exist_ok=True)
+            if self._own_runs_dir:
+                self.runs_dir.mkdir(exist_ok=True)
             raw = sqlite3.connect(self.db_path, isolation_level=None, timeout=self.busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open store {self.root}: {exc}") from exc
@@ -467,6 +486,29 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             (run_seq, attempt, started_at),
         )
 
+    def mark_attempts(self, marks: Sequence[tuple[int, int, float, float]]) -> None:
+        """Attempts starting, as (run_seq, attempt, started_at, the run's
+        started_at): each attempt row running, its run running with no reason
+        or exit code. Two statements for a whole launch chunk."""
+        self._execute_many(
+            "INSERT INTO attempts (run_seq, attempt, state, started_at)"
+            " VALUES (?, ?, 'running', ?)",
+            [(seq, attempt, started) for seq, attempt, started, _ in marks],
+        )
+        self._execute_many(
+            "UPDATE runs SET state = 'running', started_at = ?, attempt = ?, reason = NULL,"
+            " exit_code = NULL WHERE seq = ?",
+            [(run_started, attempt, seq) for seq, attempt, _, run_started in marks],
+        )
+
+    def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+        """Started shims, as (run_seq, attempt, shim_pid, shim_start_time)."""
+        self._execute_many(
+            "UPDATE attempts SET shim_pid = ?, shim_start_time = ?"
+            " WHERE run_seq = ? AND attempt = ?",
+            [(pid, start_time, seq, attempt) for seq, attempt, pid, start_time in handles],
+        )
+
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - _ATTEMPT_MUTABLE
         if unknown:
@@ -483,6 +525,16 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             (run_seq,),
         )
         return [AttemptRow(*row) for row in rows]
+
+    def attempt_output(self, run_seq: int, attempt: int) -> tuple[bytes | None, bytes | None]:
+        """The stdout and stderr tails the attempt's exit record kept (None: not kept)."""
+        row = self._execute(
+            "SELECT stdout_tail, stderr_tail FROM attempts WHERE run_seq = ? AND attempt = ?",
+            (run_seq, attempt),
+        ).fetchone()
+        if row is None:
+            return None, None
+        return tuple(None if tail is None else bytes(tail) for tail in row)  # type: ignore[return-value]
 
     def get_attempt(self, run_seq: int, attempt: int) -> AttemptRow | None:
         row = self._execute(
@@ -558,10 +610,22 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         """
         self._execute("PRAGMA synchronous = NORMAL")
         try:
+            if len(values) == 1 and not self._conn.in_transaction:
+                # The usual stamp: one statement, its own transaction.
+                ((key, value),) = values.items()
+                if self._execute("UPDATE meta SET value = ? WHERE key = ?", (value, key)).rowcount:
+                    return
             with self.atomic():
                 self.set_meta(**values)
         finally:
             self._execute("PRAGMA synchronous = FULL")
+
+    def changes(self) -> int | None:
+        """A number that changes whenever another connection commits to the
+        database (SQLite's `data_version`; this connection's own commits
+        leave it alone): an idle supervisor asks it instead of reading its
+        work from the store every tick."""
+        return int(self._execute("PRAGMA data_version").fetchone()[0])
 
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -624,12 +688,12 @@ def _occurrence(row: Sequence[Any]) -> OccurrenceRow:
     return OccurrenceRow(*values)
 
 
-def open_existing_store(root: Path, *, missing: str) -> SQLiteStore:
+def open_existing_store(root: Path, *, missing: str, runs_dir: Path | None = None) -> SQLiteStore:
     """The store at `root`, never creating one: no database is NotFoundError
     (exit 3) ending with `missing`; one that will not open is a StoreError."""
     if not (root / DB_NAME).is_file():
         raise NotFoundError(f"no store at {root} (no {DB_NAME}); {missing}")
     try:
-        return SQLiteStore(root, create=False)
+        return SQLiteStore(root, create=False, runs_dir=runs_dir)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open store {root}: {exc}") from exc
