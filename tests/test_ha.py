@@ -463,6 +463,45 @@ def test_store_outages_with_a_standby_waiting(
     check_invariants(pg_url, [marker], [a, b])
 
 
+def stopped(pid: int) -> bool:
+    """The process is stopped by a signal (state T in /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_the_database_restarted_in_the_middle_of_an_admission(
+    pg_server: PostgresServer, pg_url: str, tmp_path: Path
+) -> None:
+    """The leader stops itself inside its admission transaction, just before
+    COMMIT; the database restarts (fast shutdown) while it is stopped; then
+    it goes on. Its commit cannot have happened, so the instant is decided
+    again, once, by whichever supervisor leads: one ledger row, one run, one
+    start, and the job ran."""
+    a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
+    marker = tmp_path / "ran"
+    first = a.supervise(pg_url, env={"WFSCHED_FAULT": "before-admission-commit:stop"})
+    first.wait_started()
+    wait_leader(pg_url, [first])
+    second = b.supervise(pg_url)
+    second.wait_started()
+    try:
+        path = one_shot(tmp_path / "defs", "x", utc_in(2), marker, misfire="latest")
+        assert wfsched(pg_url, "create", str(path)).returncode == 0
+        wait_for(lambda: stopped(first.proc.pid), timeout=30, what="the leader mid-admission")
+        pg_server.restart("fast")
+        os.kill(first.proc.pid, signal.SIGCONT)
+        runs = wait_for(lambda: settled(pg_url, 1), timeout=60, what="the run")
+    finally:
+        os.kill(first.proc.pid, signal.SIGCONT)
+        assert first.stop() == 0
+        assert second.stop() == 0
+    assert [run["state"] for run in runs] == ["completed"], runs
+    rows = [row for row in ledger(pg_url) if row[0] == "x"]
+    assert len(rows) == 1 and rows[0][2] == "admitted", rows
+    assert len(marker.read_text().splitlines()) == 1
+    check_invariants(pg_url, [marker], [a, b])
+
+
 @pytest.mark.parametrize("skew", [30, -30])
 def test_a_standby_with_a_skewed_clock_takes_over_without_doubling_or_dropping(
     pg_url: str, tmp_path: Path, skew: int

@@ -10,6 +10,10 @@ in a subprocess and have it SIGKILL itself right at a persistence boundary
 N-th time only): a stand-in for a store error (a full disk, a locked
 database) that the supervisor must contain, and retry, without dying.
 
+`WFSCHED_FAULT=point[:N]:stop` makes the supervisor SIGSTOP itself there
+(the N-th time only), so a test can do something to the world at exactly
+that moment (restart the database mid-admission) and then SIGCONT it.
+
 The `keeper-*` points are reached in the run keeper (the first one the
 supervisor starts; its replacements get no fault), in kill mode only.
 """
@@ -53,12 +57,12 @@ class InjectedFault(Exception):
 
 
 def fault_at(spec: str) -> FaultHook:
-    """The hook for `point[:N]` (SIGKILL) or `point[:N]:raise`."""
+    """The hook for `point[:N]` (SIGKILL), `point[:N]:raise` or `point[:N]:stop`."""
     point, *rest = spec.split(":")
-    mode = rest.pop() if rest and rest[-1] == "raise" else "kill"
+    mode = rest.pop() if rest and rest[-1] in ("raise", "stop") else "kill"
     if point not in POINTS or len(rest) > 1 or (rest and not rest[0].isdigit()):
         raise ValueError(
-            f"bad fault {spec!r}; point[:N][:raise] with point one of {', '.join(POINTS)}"
+            f"bad fault {spec!r}; point[:N][:raise|:stop] with point one of {', '.join(POINTS)}"
         )
     remaining = [int(rest[0]) if rest else 1]
 
@@ -70,6 +74,6 @@ def fault_at(spec: str) -> FaultHook:
             return
         if mode == "raise":
             raise InjectedFault(f"injected fault at {point}")
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGSTOP if mode == "stop" else signal.SIGKILL)
 
     return hook
