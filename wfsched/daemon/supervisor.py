@@ -715,7 +715,15 @@ class Supervisor:
                 self.store.probe_space(PROBE_FREE_BYTES)
             if episode.where is not None:
                 probe_directory(episode.kind, episode.where, PROBE_FREE_BYTES)
-            self._stamp(durable=True)
+            try:
+                self._stamp(durable=True)
+            except LeaseLost as exc:
+                # The database took the write up to its fence: the store is
+                # back, only this leader's lease lapsed during the outage. It
+                # stands down; the leadership thread takes a lease again.
+                self._unlaunched = True
+                if self.leading:
+                    self._step_down(str(exc))
         except ConflictError:
             raise
         except Exception as exc:
@@ -746,6 +754,10 @@ class Supervisor:
         self.fault_file.write(None)
         self._unlaunched = True
         self.wake_now = True
+        if ended.holds_store:
+            # What is decided late next was late because the store failed,
+            # even when this supervisor had to take its lease again.
+            self._admission_failed = True
 
     def _note(self, event: str, **fields: Any) -> None:
         """Log now, or after the admission transaction commits if one is
@@ -864,7 +876,7 @@ class Supervisor:
         """One transaction: up to `size` admissions (the first chunk also
         reads what is due); logged and owed hooks only once it committed."""
         late_reason = "store-unavailable" if self._admission_failed else "late"
-        if self._failover_pending:
+        if self._failover_pending and not self._admission_failed:
             late_reason = FAILOVER
         self._admission_failed = True  # until this decision commits
         self._rejections = []
