@@ -14,20 +14,23 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from conftest import CliRun
 
 from tests.fakes import Clock, FakeControl
 from wfsched.api.admin import Admin
+from wfsched.api.audit_checks import audit
 from wfsched.daemon.supervisor import Supervisor
 from wfsched.domain.calendar import CronCalendar
 from wfsched.domain.config import SupervisorConfig
 from wfsched.domain.decisions import SCAN_CAP, Span, span_between
 from wfsched.domain.definition import parse_definition
-from wfsched.store import SQLiteStore
+from wfsched.store import SQLiteStore, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 NY = "America/New_York"
@@ -66,9 +69,9 @@ def test_catch_up_span_counts_both_passes_of_a_fold() -> None:
 
 
 class Setup:
-    def __init__(self, root: Path, start: str) -> None:
+    def __init__(self, store: Store, start: str) -> None:
         self.clock = Clock(at(start))
-        self.store = SQLiteStore(root)
+        self.store = store
         self.admin = Admin(self.store, self.clock)
         self.control = FakeControl()
         self.supervisor = Supervisor(
@@ -95,16 +98,28 @@ class Setup:
         ]
 
 
-def audit_json(run_cli: CliRun, root: Path) -> tuple[int, dict]:
-    code, out, _ = run_cli("--store", str(root), "audit", "--json")
-    return code, json.loads(out)
+def delete_occurrence(store_kind: str, root: Path, request: pytest.FixtureRequest, at: int) -> None:
+    """Remove one ledger row behind the store's back, as a bug could."""
+    statement = f"DELETE FROM occurrences WHERE scheduled_at = {at}"
+    if store_kind == "sqlite":
+        with closing(sqlite3.connect(root / "wfsched.db")) as conn:
+            conn.execute(statement)
+            conn.commit()
+    else:
+        import psycopg
+
+        with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
+            conn.execute(statement)
 
 
 def test_supervisor_admits_both_instants_and_audit_owes_both(
-    run_cli: CliRun, tmp_path: Path
+    tmp_path: Path,
+    make_store: Callable[[Path], Store],
+    store_kind: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     root = tmp_path / "store"
-    setup = Setup(root, "2026-10-31T12:00")
+    setup = Setup(make_store(root), "2026-10-31T12:00")
     setup.create("fold", "30 1 1 11 *")
     setup.tick("2026-11-01T05:30")
     setup.control.finish("run-000001")
@@ -117,24 +132,40 @@ def test_supervisor_admits_both_instants_and_audit_owes_both(
     ]
     row = setup.store.get_schedule("fold")
     assert row is not None and row.next_due == at("2027-11-01T05:30")
-    setup.store.close()
-    code, report = audit_json(run_cli, root)
-    assert (code, report["violations"]) == (0, [])
+    report = audit(setup.store)
+    assert report["violations"] == []
     # The audit owes the completed instant too: without its row, a gap (and
     # its run loses its admission).
-    with closing(sqlite3.connect(root / "wfsched.db")) as conn:
-        conn.execute(f"DELETE FROM occurrences WHERE scheduled_at = {at('2026-11-01T06:30')}")
-        conn.commit()
-    code, report = audit_json(run_cli, root)
-    assert code == 1
+    delete_occurrence(store_kind, root, request, at("2026-11-01T06:30"))
+    report = audit(setup.store)
     gaps = [v for v in report["violations"] if v["check"] == "ledger-gap"]
     assert [v["schedule_id"] for v in gaps] == ["fold"]
     assert "2026-11-01T06:30:00Z is not accounted for" in gaps[0]["detail"]
     assert {v["check"] for v in report["violations"]} == {"ledger-gap", "run-without-admission"}
+    setup.store.close()
 
 
-def test_catch_up_after_downtime_over_a_fold_admits_the_latest_repeat(tmp_path: Path) -> None:
-    setup = Setup(tmp_path / "store", "2026-10-31T12:00")
+def test_audit_command_owes_the_completed_instant(run_cli: CliRun, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    setup = Setup(SQLiteStore(root), "2026-10-31T12:00")
+    setup.create("fold", "30 1 1 11 *")
+    setup.tick("2026-11-01T05:30")
+    setup.tick("2026-11-01T06:30")
+    setup.store.close()
+    code, out, _ = run_cli("--store", str(root), "audit", "--json")
+    assert (code, json.loads(out)["violations"]) == (0, [])
+    with closing(sqlite3.connect(root / "wfsched.db")) as conn:
+        conn.execute(f"DELETE FROM occurrences WHERE scheduled_at = {at('2026-11-01T06:30')}")
+        conn.commit()
+    code, out, _ = run_cli("--store", str(root), "audit", "--json")
+    assert code == 1
+    assert "2026-11-01T06:30:00Z is not accounted for" in out
+
+
+def test_catch_up_after_downtime_over_a_fold_admits_the_latest_repeat(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
+    setup = Setup(make_store(tmp_path / "store"), "2026-10-31T12:00")
     setup.create("minutes", "* 1 1 11 *", misfire="latest")
     setup.tick("2026-11-01T07:00:30")  # 120 instants passed while down
     # Past the cap: one summary up to the instant before the latest, and
@@ -148,6 +179,7 @@ def test_catch_up_after_downtime_over_a_fold_admits_the_latest_repeat(tmp_path: 
     assert row is not None
     assert row.consumed_through == at("2026-11-01T06:59")
     assert row.next_due == at("2027-11-01T05:00")
+    setup.store.close()
 
 
 def test_next_shows_the_completed_repeat(run_cli: CliRun, tmp_path: Path) -> None:

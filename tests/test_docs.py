@@ -554,6 +554,14 @@ def test_dst_example_is_what_next_shows(
     assert shown == items, f"docs/semantics.md: `{expr}` in {zone} after {after}"
 
 
+def test_dst_notes_in_words_are_what_the_table_view_prints() -> None:
+    from wfsched.cli.schedules import _NOTES
+
+    section = " ".join(_dst_section().split())
+    for note, words in _NOTES.items():
+        assert f'`{note}` as "{words}"' in section, f"docs/semantics.md: {note}"
+
+
 def test_dst_console_example_output_is_true(
     run_cli: CliRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
