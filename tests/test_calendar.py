@@ -505,6 +505,52 @@ def test_fold_repeats_are_completed_in_both_directions(
     assert [cal.prev_before_epoch(e + 1) for e in epochs] == epochs
 
 
+class NamesTheOtherPass:
+    """croniter, except that in one direction it answers the other instant of
+    a repeated wall time: forward the second (it skips the first), backward
+    the first. croniter 7.0.0 drops the other way round; the adapter must
+    complete whichever it is given, so this stand-in covers the other case."""
+
+    def __init__(self, real: croniter, forward: bool) -> None:
+        self.real, self.forward = real, forward
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def _other(self, answer: datetime) -> datetime:
+        other = answer.replace(fold=1 - answer.fold)
+        return answer if other.utcoffset() == answer.utcoffset() else other
+
+    def get_next(self, ret_type: Any = None, start_time: Any = None) -> datetime:
+        answer: datetime = self.real.get_next(ret_type, start_time=start_time)
+        return self._other(answer) if self.forward and answer.fold == 0 else answer
+
+    def get_prev(self, ret_type: Any = None, start_time: Any = None) -> datetime:
+        answer: datetime = self.real.get_prev(ret_type, start_time=start_time)
+        return self._other(answer) if not self.forward and answer.fold == 1 else answer
+
+
+@pytest.mark.parametrize(("expr", "zone", "bounds", "days"), FOLDS)
+@pytest.mark.parametrize("forward", [True, False], ids=["next_after", "prev_before"])
+def test_fold_repeats_are_completed_when_croniter_names_the_other_pass(
+    expr: str, zone: str, bounds: tuple[str, str], days: list[str], forward: bool
+) -> None:
+    cal, lo, hi, expected = _window(expr, zone, bounds, days)
+    cal._iter = NamesTheOtherPass(cal._iter, forward)  # type: ignore[assignment]
+    if forward:
+        assert chain(cal, lo, len(expected)) == expected
+        assert cal.next_after(expected[-1]) > hi
+    else:
+        assert chain(cal, hi, len(expected), forward=False) == expected[::-1]
+        assert cal.prev_before(expected[0]) < lo
+    for before, after in itertools.pairwise([lo, *expected, hi]):
+        for query in (before + US, before + (after - before) / 2, after - US):
+            if forward and lo < query and after != hi:
+                assert cal.next_after(query) == after
+            if not forward and query < hi and before != lo:
+                assert cal.prev_before(query) == before
+
+
 def test_design_backward_case_prev_before_from_inside_the_repeated_hour() -> None:
     # croniter answers 2025-11-07T06:30Z here (pinned above); 05:30Z is the
     # first 01:30 of the same morning.
