@@ -1004,8 +1004,9 @@ def test_property_reused_croniter_answers_like_a_fresh_one(
 # - a nonexistent one (spring gap) is skipped when the hour field covers all
 #   24 hours, else it becomes the first instant after the gap (the lost
 #   slots merging there).
-# The field sets are croniter's expansion (its reading of the fields is
-# pinned above); what is compared is the mapping of wall times to instants.
+# The fields are read here too, not by croniter: values, `N-M`, `*/S`,
+# `N-M/S`, `N/S`, names; 7 is Sunday; the two day fields are OR'ed when
+# neither is `*` (the reading pinned above, `*/2` included).
 
 REFERENCE_ZONES = (
     NY,
@@ -1046,22 +1047,58 @@ def transitions(zone: str) -> tuple[datetime, ...]:
     return tuple(found)
 
 
+_MONTH_NAMES = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_REFERENCE_NAMES = {
+    **{name: i + 1 for i, name in enumerate(_MONTH_NAMES)},
+    **{name: i for i, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])},
+}
+
+
+def expand(field: str, low: int, high: int) -> set[int] | None:
+    """The values a normalized field names; None for `*` (no restriction)."""
+    if field == "*":
+        return None
+
+    def value(token: str) -> int:
+        return _REFERENCE_NAMES[token.lower()] if token.isalpha() else int(token)
+
+    out: set[int] = set()
+    for item in field.split(","):
+        span, _, step = item.partition("/")
+        if span == "*":
+            first, last = low, high
+        elif "-" in span:
+            first, last = map(value, span.split("-"))
+        else:
+            first = value(span)
+            last = high if step else first
+        out.update(range(first, last + 1, int(step or 1)))
+    return out
+
+
 def reference(expr: str, zone: str, lo: datetime, hi: datetime) -> list[datetime]:
     """The instants in [lo, hi], from the wall minutes around them."""
     tz = ZoneInfo(zone)
-    minute, hour, dom, month, dow = croniter(expr).expanded
-    weekdays = None if dow == ["*"] else {day % 7 for day in dow}
+    fields = expr.split()
+    minute, hour, dom, month, dow = (
+        expand(text, low, high)
+        for text, (low, high) in zip(
+            fields, ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6)), strict=True
+        )
+    )
+    weekdays = None if dow is None else {day % 7 for day in dow}
+    every_hour = hour is None or len(hour) == 24
 
     def matches(wall: datetime) -> bool:
-        if (minute != ["*"] and wall.minute not in minute) or (
-            hour != ["*"] and wall.hour not in hour
+        if (minute is not None and wall.minute not in minute) or (
+            hour is not None and wall.hour not in hour
         ):
             return False
-        if month != ["*"] and wall.month not in month:
+        if month is not None and wall.month not in month:
             return False
-        by_day = dom == ["*"] or wall.day in dom
+        by_day = dom is None or wall.day in dom
         by_weekday = weekdays is None or wall.isoweekday() % 7 in weekdays
-        if dom != ["*"] and weekdays is not None:
+        if dom is not None and weekdays is not None:
             return by_day or by_weekday  # Unix cron's OR of the two day fields
         return by_day and by_weekday
 
@@ -1080,7 +1117,7 @@ def reference(expr: str, zone: str, lo: datetime, hi: datetime) -> list[datetime
     while wall <= last:
         if matches(wall):
             instants = existing(wall)
-            if not instants and hour != ["*"]:
+            if not instants and not every_hour:
                 later = wall + MINUTE
                 while not existing(later):
                     later += MINUTE
