@@ -393,3 +393,42 @@ def test_an_adopted_launch_never_waits_for_a_launcher_again(lh: Harness) -> None
     lh.supervisor.drain()
     run = lh.runs.show("run-000001")
     assert "not started" not in (run["reason"] or "")
+
+
+def test_a_waiting_attempt_whose_spawn_raises_is_settled_and_the_others_launch(
+    lh: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempts that waited for a launcher are spawned as a chunk is: one
+    whose spawn raises is settled (failed as never started, naming the
+    error), the others start in the same tick with their pids stored, and the
+    error is counted once."""
+    control: LosingControl = lh.control  # type: ignore[assignment]
+    lh.define("a", cron="0 * * * *")
+    lh.define("b", cron="0 * * * *")
+    control.lose = "before-fork"
+    control.failing_starts = 1  # the replacement dies while it starts: both wait
+    lh.tick_at(T0)
+    assert starts(lh) == []
+    waiting = sorted(w.run_seq for w in lh.supervisor.watches.values() if w.spec is not None)
+    assert waiting == [1, 2]
+    real = control.spawn
+
+    def spawn(spec: LaunchSpec) -> ShimHandle:
+        if spec.run_id == "run-000001":
+            raise ValueError("bad frame")
+        return real(spec)
+
+    monkeypatch.setattr(control, "spawn", spawn)
+    lh.supervisor.launcher.retry_at = 0.0
+    lh.tick_at(T0 + 1)
+    assert starts(lh) == ["run-000002"]  # the same tick, not stranded
+    handle = control.spawned[0][1]
+    stored = lh.store.get_attempt(2, 1)
+    assert stored is not None and stored.shim_pid == handle.pid
+    assert lh.supervisor.errors.counts == {"launch": 1}
+    lh.tick_at(T0 + 2)
+    first = lh.runs.show("run-000001")
+    assert first["state"] == "failed" and "not started" in first["reason"]
+    assert "bad frame" in first["reason"]
+    assert lh.runs.show("run-000002")["state"] == "running"
+    assert starts(lh) == ["run-000002"]

@@ -15,8 +15,9 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -1299,18 +1300,37 @@ class Supervisor:
             for watch in watches:
                 self._launch_failed(watch, exc)
             raise
-        handles: list[tuple[int, ShimHandle]] = []
-        for (run, invocation, rundir, _), watch in zip(prepared, watches, strict=True):
-            try:
-                spec = self._spec(
+        resumed = resume_input is not NO_RESUME_INPUT
+        self._spawn_and_settle(
+            (
+                (
                     run,
-                    invocation,
-                    rundir,
-                    watch.record_dir,
-                    attempt,
-                    resume_input is not NO_RESUME_INPUT,
+                    watch,
+                    partial(
+                        self._spec, run, invocation, rundir, watch.record_dir, attempt, resumed
+                    ),
                 )
-                handle = self._spawn(run, watch, spec)
+                for (run, invocation, rundir, _), watch in zip(prepared, watches, strict=True)
+            ),
+            failure,
+        )
+        self.fault("after-spawn")
+
+    def _spawn_and_settle(
+        self,
+        launches: Iterable[tuple[RunRow, Watch, Callable[[], LaunchSpec]]],
+        failure: Exception | None = None,
+    ) -> None:
+        """Spawn each marked attempt (its spec built only when its turn comes,
+        so a spec that cannot be built fails that attempt alone); an attempt
+        whose spawn raises is settled as a lost launch (`_launch_failed`),
+        never dropped. The pids started are stored in one statement, then the
+        first failure (`failure`, from before, if given) is raised for the
+        phase to count and log: by then every attempt is settled."""
+        handles: list[tuple[int, ShimHandle]] = []
+        for run, watch, spec in launches:
+            try:
+                handle = self._spawn(run, watch, spec())
             except Exception as exc:
                 failure = failure or exc
                 handle = self._launch_failed(watch, exc)
@@ -1318,8 +1338,7 @@ class Supervisor:
                 handles.append((run.seq, handle))
         self._store_handles(handles)
         if failure is not None:
-            raise failure  # counted and logged by the phase; every run is settled
-        self.fault("after-spawn")
+            raise failure
 
     def _launch_failed(self, watch: Watch, exc: Exception) -> ShimHandle | None:
         """Settle an attempt whose launch raised after its mark committed, the
@@ -1493,25 +1512,18 @@ class Supervisor:
         """Attempts marked while no launcher was up: spawn them now."""
         if not self.launcher.up:
             return
+        self._spawn_and_settle(self._waiting_launches())
+
+    def _waiting_launches(self) -> Iterator[tuple[RunRow, Watch, Callable[[], LaunchSpec]]]:
+        """Each waiting attempt, unwatched just before its spawn watches it again."""
         waiting = [watch for watch in self.watches.values() if watch.spec is not None]
-        handles = []
-        failure: Exception | None = None
         for watch in waiting:
             run = self.store.get_run(watch.run_seq)
             spec = watch.spec
             if run is None or spec is None:
                 continue
             self._unwatch(watch.run_seq)
-            try:
-                handle = self._spawn(run, watch, spec)
-            except Exception as exc:
-                failure = failure or exc
-                handle = self._launch_failed(watch, exc)
-            if handle is not None:
-                handles.append((run.seq, handle))
-        self._store_handles(handles)
-        if failure is not None:
-            raise failure
+            yield run, watch, _built(spec)
 
     def _set_handle(self, watch: Watch, handle: ShimHandle) -> None:
         watch.handle = handle
@@ -2159,6 +2171,11 @@ class Supervisor:
                 time.sleep(min(0.05, remaining))
             else:
                 self._wait(min(0.25, remaining))
+
+
+def _built(spec: LaunchSpec) -> Callable[[], LaunchSpec]:
+    """A spec already built, in the form `_spawn_and_settle` builds one in."""
+    return lambda: spec
 
 
 def _invocation(defn: Definition, document: Any, runs_root: Path) -> str:
