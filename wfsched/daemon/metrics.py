@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import socket
-import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -325,10 +324,11 @@ class Metrics(Observer):
             return
         if seconds is not None:
             self._tick = self._tick.observe(seconds)
+        store_errors: tuple[type[Exception], ...] = (*store.driver_errors, WfschedError)
         try:
             self._refresh(store)
             self._compute_periods()
-        except (sqlite3.Error, WfschedError) as exc:
+        except store_errors as exc:
             # Metrics never stop the scheduler: a store fault is the loop's
             # episode to report; the snapshot keeps the values last read and
             # everything is re-read once the store answers again.

@@ -58,6 +58,11 @@ class Store(Protocol):
     """Run directories (`runs/<run-id>/attempt-N/`) on this host."""
     lock_path: Path
     """The file the supervisor's ownership lock is taken on."""
+    driver_errors: tuple[type[Exception], ...]
+    """What a statement may raise besides a `WfschedError`: the driver's own
+    errors that the store does not word (resource faults are worded). A caller
+    that must contain any store failure (the metrics) catches these and never
+    names a driver."""
 
     # -- transactions ----------------------------------------------------------------------
 

@@ -84,6 +84,7 @@ class PostgresStore(SQLiteStore):
     """A PostgreSQL database holding one store; run directories on this host."""
 
     dialect = POSTGRES  # type: ignore[assignment]
+    driver_errors: tuple[type[Exception], ...] = (psycopg.Error,)
     _conn: psycopg.Connection[Any]  # type: ignore[assignment]
 
     def __init__(

@@ -115,6 +115,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     """
 
     dialect = SQLITE
+    driver_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
 
     def __init__(
         self,
