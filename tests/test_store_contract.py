@@ -104,6 +104,16 @@ def test_the_watermark_never_moves_back(store: Store, store_backend: Backend) ->
     assert (row.consumed_through, row.revision) == (T0 + 600, 1)
 
 
+def test_a_refused_write_raises_one_of_the_driver_errors_the_store_names(store: Store) -> None:
+    """Callers outside the store contain an unworded database error by
+    `store.driver_errors`, never by importing a driver (the metrics do)."""
+    add_schedule(store)
+    admit(store, "s", T0 + 60)
+    with pytest.raises(store.driver_errors), store.atomic():
+        store.insert_occurrence("s", T0 + 60, "skipped-misfire", 1, T0)
+    assert all(issubclass(error, Exception) for error in store.driver_errors)
+
+
 def test_only_known_columns_can_be_updated(store: Store) -> None:
     add_schedule(store)
     seq = admit(store, "s", T0 + 60)
