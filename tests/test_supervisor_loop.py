@@ -175,6 +175,21 @@ def test_missing_cwd_is_preflight_rejected(h: Harness, tmp_path: Path) -> None:
     assert "does not exist" in (h.history("x")[0][2] or "")
 
 
+def test_a_trigger_goes_through_the_same_freeze_and_is_refused_by_preflight(h: Harness) -> None:
+    """Scheduled and manual runs are made by one function (resolve, preflight,
+    insert): a trigger of a missing program is refused with the very reason
+    an instant gets, and no run is written."""
+    text = 'id = "x"\n[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["no-such-program-xyz"]\n'
+    h.admin.create(parse_definition(text, "x.toml", now=int(h.clock())))
+    h.clock.set(T0)
+    request = h.runs.request_trigger("x")
+    h.supervisor.tick()
+    answered = h.store.get_request(request)
+    assert answered is not None and answered.state == "refused"
+    assert answered.result == "executable 'no-such-program-xyz' not found on PATH"
+    assert h.run_ids() == [] and h.control.spawned == []
+
+
 def test_queue_holds_one_candidate_and_admits_when_the_run_ends(h: Harness) -> None:
     h.define("q", '[policy]\noverlap = "queue"\n')
     h.tick_at(T0)

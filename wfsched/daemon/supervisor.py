@@ -1052,9 +1052,9 @@ class Supervisor:
         """Freeze the invocation and write the run and its admitted row, or
         record preflight-rejected: no run is invented for a rejected start.
         The run as written (its launch needs no read back)."""
-        frozen = self._freeze_invocation(row, defn, instant, "scheduled")
-        if isinstance(frozen, Refusal):
-            reason = frozen.reason
+        made = self._freeze(row, defn, instant, "scheduled", now)
+        if isinstance(made, Refusal):
+            reason = made.reason
             self.store.insert_occurrence(
                 row.id, instant, "preflight-rejected", row.revision, now, reason=reason
             )
@@ -1064,9 +1064,7 @@ class Supervisor:
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
-        seq = self.store.insert_run(
-            row.id, "scheduled", instant, row.revision, frozen, now, host=self.config.host
-        )
+        seq, frozen = made
         self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
         self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
         return RunRow(
@@ -1076,16 +1074,17 @@ class Supervisor:
 
     def _freeze(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
-    ) -> int | str:
+    ) -> tuple[int, str] | Refusal:
         """The one way a run is made, scheduled or manual: its invocation
-        frozen (`_freeze_invocation`), then the run inserted. The run's seq,
-        or why it cannot start (a str): then nothing is written."""
+        frozen (`_freeze_invocation`), then the run inserted. The run's seq
+        and frozen invocation, or why it cannot start: then nothing is written."""
         frozen = self._freeze_invocation(row, defn, instant, kind)
         if isinstance(frozen, Refusal):
-            return frozen.reason
-        return self.store.insert_run(
+            return frozen
+        seq = self.store.insert_run(
             row.id, kind, instant, row.revision, frozen, now, host=self.config.host
         )
+        return seq, frozen
 
     def _freeze_invocation(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str
@@ -1982,10 +1981,11 @@ class Supervisor:
                 )
                 return
             defn = self.definitions.get(row)
-            seq = self._freeze(row, defn, int(request.created_at), "manual", now)
-            if isinstance(seq, str):
-                self.store.finish_request(request.seq, "refused", seq, now)
+            made = self._freeze(row, defn, int(request.created_at), "manual", now)
+            if isinstance(made, Refusal):
+                self.store.finish_request(request.seq, "refused", made.reason, now)
                 return
+            seq, _ = made
             self.store.finish_request(request.seq, "done", run_id(seq), now)
         self.log("admitted", schedule=row.id, run=run_id(seq), kind="manual")
         self._phase("launch", self.launch, [seq])
