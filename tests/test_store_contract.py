@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.daemon import wait_for
+from wfsched.errors import ConflictError
 from wfsched.store import SQLiteStore, Store
 
 T0 = 1_780_000_000
@@ -112,6 +114,36 @@ def test_a_refused_write_raises_one_of_the_driver_errors_the_store_names(store: 
     with pytest.raises(store.driver_errors), store.atomic():
         store.insert_occurrence("s", T0 + 60, "skipped-misfire", 1, T0)
     assert all(issubclass(error, Exception) for error in store.driver_errors)
+
+
+def _owned(store: Store) -> bool:
+    try:
+        store.take_ownership()
+    except ConflictError:
+        return False
+    return True
+
+
+def test_ownership_is_exclusive_until_the_owner_closes(store_backend: Backend) -> None:
+    """`store copy` owns both stores through the interface alone: a second
+    owner is refused (exit 4) until the first closes its store."""
+    first = store_backend.open()
+    first.take_ownership()
+    second = store_backend.open()
+    try:
+        with pytest.raises(ConflictError, match="owns this store"):
+            second.take_ownership()
+        first.close()
+        # A PostgreSQL server ends the closed session's backend (and its lock)
+        # a moment after the client closed it.
+        wait_for(lambda: _owned(second), timeout=10, what="the first owner's lock to go")
+    finally:
+        second.close()
+    joining = store_backend.open()
+    try:
+        joining.join_supervisors()  # no copy holds it: a supervisor may serve it
+    finally:
+        joining.close()
 
 
 def test_only_known_columns_can_be_updated(store: Store) -> None:

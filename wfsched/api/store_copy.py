@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from wfsched.api.audit_checks import audit
 from wfsched.errors import ConflictError, NotFoundError
 from wfsched.store import Store, StoreLocation, open_location
 from wfsched.store.copying import COPY_TABLES
-from wfsched.store.ownership import Ownership
 from wfsched.store.rundirs import records_root
 
 
@@ -40,18 +37,20 @@ def copy_store(
         dest = open_location(destination, create=True)
         assert dest is not None
         try:
-            with _owning(src, source), _owning(dest, destination):
-                if not dest.is_empty():
-                    raise ConflictError(
-                        f"{destination.display}: the destination store is not empty;"
-                        " copy into a new store"
-                    )
-                started = time.monotonic()
-                counts = _copy_rows(src, dest)
-                _copy_tree(src.runs_dir, dest.runs_dir)
-                _copy_tree(records_root(src.root), records_root(dest.root))
-                seconds = round(time.monotonic() - started, 3)
-                report = audit(dest, host)
+            # Each is owned until it is closed below.
+            src.take_ownership()
+            dest.take_ownership()
+            if not dest.is_empty():
+                raise ConflictError(
+                    f"{destination.display}: the destination store is not empty;"
+                    " copy into a new store"
+                )
+            started = time.monotonic()
+            counts = _copy_rows(src, dest)
+            _copy_tree(src.runs_dir, dest.runs_dir)
+            _copy_tree(records_root(src.root), records_root(dest.root))
+            seconds = round(time.monotonic() - started, 3)
+            report = audit(dest, host)
         finally:
             dest.close()
     finally:
@@ -77,19 +76,3 @@ def _copy_rows(src: Store, dest: Store) -> dict[str, int]:
 def _copy_tree(source: Any, destination: Any) -> None:
     if source.is_dir():
         shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True)
-
-
-@contextmanager
-def _owning(store: Store, location: StoreLocation) -> Iterator[None]:
-    """The store's supervisor lock, held while the block runs (ConflictError,
-    exit 4, naming the owner, if a supervisor holds it)."""
-    if location.path is None:
-        store.take_ownership()  # type: ignore[attr-defined]
-        yield  # released with the store's connection
-        return
-    ownership = Ownership(store.lock_path)
-    ownership.acquire()
-    try:
-        yield
-    finally:
-        ownership.release()

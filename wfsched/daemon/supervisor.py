@@ -2295,12 +2295,11 @@ def _supervise(
             ownership.acquire()
         store = open_location(location, create=True, busy_timeout=config.busy_timeout)
         assert store is not None
-        if ownership is None:
-            try:
-                store.join_supervisors()  # type: ignore[attr-defined]
-            except BaseException:
-                store.close()
-                raise
+        try:
+            store.join_supervisors()
+        except BaseException:
+            store.close()
+            raise
     except BaseException:
         control.stop()
         if ownership is not None:

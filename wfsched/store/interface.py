@@ -278,6 +278,19 @@ class Store(Protocol):
         """The pid of the supervisor owning the store, None if none does (never takes the lock)."""
         ...
 
+    def join_supervisors(self) -> None:
+        """Join the supervisors serving this store, before recovery. Several
+        may serve a PostgreSQL store (a shared session lock; the lease says
+        which one leads): ConflictError while `store copy` holds it. A SQLite
+        store has one supervisor, which owns it through `supervisor.lock`
+        before opening it: nothing more to join."""
+        ...
+
+    def take_ownership(self) -> None:
+        """Own the store alone until `close()` (`store copy`): no supervisor
+        may start meanwhile. ConflictError, naming its pid, if one holds it."""
+        ...
+
     # -- leadership (one leader per store) ------------------------------------
 
     @property

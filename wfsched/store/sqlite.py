@@ -28,6 +28,7 @@ from wfsched.store.dialect import SQLITE
 from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.metrics_queries import MetricsQueries
 from wfsched.store.operator import OperatorQueries
+from wfsched.store.ownership import Ownership
 from wfsched.store.retention_queries import RetentionQueries
 from wfsched.store.rows import (
     AttemptRow,
@@ -115,6 +116,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     """
 
     dialect = SQLITE
+    _ownership: Ownership | None = None
     driver_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
 
     def __init__(
@@ -186,6 +188,18 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     def close(self) -> None:
         self._conn.close()
+        ownership, self._ownership = self._ownership, None
+        if ownership is not None:
+            ownership.release()
+
+    def join_supervisors(self) -> None:
+        """Nothing to join: the one supervisor took `supervisor.lock` before
+        it opened the store."""
+
+    def take_ownership(self) -> None:
+        ownership = Ownership(self.lock_path)
+        ownership.acquire()
+        self._ownership = ownership
 
     def reconnect(self) -> None:
         """A fresh connection (the database file stays where it is)."""
