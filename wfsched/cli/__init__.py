@@ -1,7 +1,7 @@
-"""The `wfsched` command line: a thin click shell over `wfsched.api.admin.Admin`.
+"""The `wfsched` command line: a thin click shell over the operator API (`wfsched.api`).
 
-Each command module (`schedules`, and later `runs`, `supervise`) adds its
-commands to the group in `wfsched.cli.main`. They share `CliState`, the one
+Each command module (`schedules`, `runs`, `supervise`, `prune`, `audit`,
+`store`) adds its commands to the group in `wfsched.cli.main`. They share `CliState`, the one
 object click passes down (`ctx.obj`): the store path, the `--debug` flag, the
 clock and the console. Tests inject a clock or a console by passing their own
 `CliState` as `obj`; production code never asks whether it is under test.

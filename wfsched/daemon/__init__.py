@@ -1,2 +1,3 @@
-"""The supervisor daemon: the tick loop, ownership of the store, failure
-hooks, the event log, systemd notification and the test-only fault points."""
+"""The supervisor daemon: the tick loop, leadership of a shared store, failure
+hooks, the event log, systemd notification, the wait between ticks and the
+metrics."""

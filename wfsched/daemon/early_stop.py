@@ -3,7 +3,7 @@
 A service manager may send SIGTERM at any moment after it starts the unit,
 and importing the CLI alone takes a good part of a second on a loaded host:
 until a handler is in place, that SIGTERM kills the process (status 143,
-and its fork server, if started, dies writing to a closed pipe). So the
+not the clean exit a stop asks for). So the
 program's entry point arms this before any heavy import when the command
 line may be `supervise`; the supervisor reads `caught()` once it has its
 own handlers. Any other command disarms it as soon as click has resolved

@@ -1,6 +1,6 @@
 """Failure hooks: `[notify] on_failure` (or the config default) after a run fails.
 
-A hook is launched like a run (through the fork server, its own process
+A hook is launched like a run (through the run keeper, its own process
 group, a timeout), with the run's facts in its environment. It runs once:
 its own failure is logged and never retried, so a broken mail command cannot
 turn into a loop. A hook in flight when the supervisor dies is not re-run.

@@ -1,7 +1,7 @@
 """The metrics listener: `/metrics` and `/healthz` on a daemon thread.
 
 The socket is bound by `MetricsServer(...)` itself, before the supervisor
-starts anything (fork server, lock, recovery), so a bad address or a port in
+starts anything (run keeper, lock, recovery), so a bad address or a port in
 use is one clear error and nothing has happened yet. Serving starts later,
 once there is a snapshot source; a renderer thread renders each published
 snapshot and a request sends the latest rendered bytes and nothing else.

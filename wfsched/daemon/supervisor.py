@@ -2227,12 +2227,12 @@ def run_supervisor(
     observer: Observer | None = None,
     launcher_fault: str = "",
 ) -> None:
-    # `launcher_fault` names the crash tests' kill point inside the fork
-    # server (WFSCHED_FAULT); the CLI passes it, never a launcher of its own.
+    # `launcher_fault` names the crash tests' kill point inside the run
+    # keeper (WFSCHED_FAULT); the CLI passes it, never a launcher of its own.
     """The whole daemon: stop signals caught first (a stop that lands while
-    it starts is a clean exit), the fork server (so it inherits neither the
-    lock nor the database), then the lock, recovery, the loop, the drain, and
-    the lock released last. `stopped` tells whether a stop signal arrived
+    it starts is a clean exit), the run keeper started or re-attached to (so
+    it inherits neither the lock nor the database), then the lock, recovery,
+    the loop, the drain, and the lock released last. `stopped` tells whether a stop signal arrived
     before this was called (the CLI catches them even earlier)."""
     if isinstance(location, Path):
         location = resolve_store(location)

@@ -1,8 +1,8 @@
 """The store layer: the only package that speaks SQL.
 
 `Store` is the interface everything else programs against
-(`wfsched.store.interface`); `SQLiteStore` is today's one implementation,
-opened through `open_store` so callers never name the backend.
+(`wfsched.store.interface`); `SQLiteStore` and `PostgresStore` implement it,
+opened through `open_location` so callers never name the backend.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Per-run directories: `runs/<run-id>/` with the input, the state dir kept
 across attempts, and one `attempt-N/` per attempt (the command's logs); and,
-apart from them, `records/<run-id>/attempt-N/` for the shim's records.
+apart from them, `records/<run-id>/attempt-N/` for the run keeper's records.
 
 Files are written after the admission commit; the database stays the
 authority, the directory is the run's working material. The job may write
 anything under its run directory (it is told where it is), so nothing the
-supervisor trusts lives there: the shim's records (launch lock, started and
+supervisor trusts lives there: the keeper's records (launch lock, started and
 exit records) are in the store's private `records/` tree (mode 0700), which
 the job is never told about.
 """
@@ -120,13 +120,13 @@ def _write_json(path: Path, document: Any) -> None:
 
 
 LOG_TRUNCATED = b"[wfsched: "
-"""The start of the line the shim writes where it cut a log. The shim's own
-copy lives in the launcher, which the fork server imports alone (it may not
-import the store layer); tests/test_layers.py pins that the two agree."""
+"""The start of the line the run keeper writes where it cut a log. The
+keeper's own copy lives in the launcher, which the keeper imports alone (it
+may not import the store layer); tests/test_layers.py pins that the two agree."""
 
 
 def log_truncation(path: Path) -> int | None:
-    """How many bytes of earlier output the shim dropped from this log to
+    """How many bytes of earlier output the keeper dropped from this log to
     keep it within max_log_bytes; None if it was never cut (or is absent or
     not a regular file: a job may have replaced it)."""
     try:
