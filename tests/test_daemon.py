@@ -130,8 +130,9 @@ def test_sigterm_drains_then_cancels_and_records(store: Path, tmp_path: Path) ->
         store,
         tmp_path,
         "slow",
-        f'[trigger]\nat = "{utc_in(1)}"\n[run]\ncommand = ["sleep", "30"]\nkill_grace = "1s"\n',
+        '[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sleep", "30"]\nkill_grace = "1s"\n',
     )
+    assert wfsched(store, "trigger", "slow").returncode == 0  # no instant to wait for
     wait_for(lambda: wfsched_json(store, "runs")["items"], what="a run")
     wait_for(lambda: run_state(store, "run-000001") == "running", what="running")
     started = time.monotonic()
@@ -151,9 +152,10 @@ def test_timeout_kills_the_process_group_and_fails_the_run(store: Path, tmp_path
             store,
             tmp_path,
             "stuck",
-            f'[trigger]\nat = "{utc_in(1)}"\n[run]\ncommand = ["sleep", "30"]\n'
+            '[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sleep", "30"]\n'
             'timeout = 1\nkill_grace = "1s"\n',
         )
+        assert wfsched(store, "trigger", "stuck").returncode == 0  # no instant to wait for
         wait_for(lambda: wfsched_json(store, "runs")["items"], what="a run")
         wait_for(lambda: run_state(store, "run-000001") == "failed", timeout=20, what="timeout")
         assert "timed out" in wfsched_json(store, "runs", "show", "run-000001")["reason"]
