@@ -5,19 +5,25 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.daemon import wait_for
 from tests.fakes import Clock, FakeControl
 from wfsched.api.admin import Admin
 from wfsched.daemon.metrics import Metrics, Snapshot, health, reason_label
 from wfsched.daemon.metrics_render import Renderer
 from wfsched.daemon.metrics_server import MetricsServer
+from wfsched.daemon.observe import Observer
+from wfsched.daemon.quiet import Quiet
 from wfsched.daemon.supervisor import Supervisor
 from wfsched.domain.config import Listen, SupervisorConfig, parse_listen
 from wfsched.domain.definition import parse_definition
@@ -370,7 +376,6 @@ def test_published_families_name_their_changed_keys_and_fall_back_when_far_behin
 def test_a_first_scrape_of_10000_schedules_sends_bytes_rendered_off_the_request_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import threading
 
     from wfsched.daemon.metrics import SCHEDULE_GAUGES
 
@@ -381,9 +386,9 @@ def test_a_first_scrape_of_10000_schedules_sends_bytes_rendered_off_the_request_
     renders: list[str] = []
     real = Renderer.parts
 
-    def counted(self: Renderer, snapshot: Snapshot) -> tuple[bytes, ...]:
+    def counted(self: Renderer, snapshot: Snapshot, *pause: Any) -> tuple[bytes, ...]:
         renders.append(threading.current_thread().name)
-        return real(self, snapshot)
+        return real(self, snapshot, *pause)
 
     monkeypatch.setattr(Renderer, "parts", counted)
     server = MetricsServer(parse_listen("127.0.0.1:0"), "--metrics")
@@ -487,3 +492,127 @@ def test_a_fault_episode_is_a_gauge_by_kind_and_a_counter(
     assert samples[("wfsched_resource_fault", "disk-full")] == 0.0
     assert samples[("wfsched_resource_fault_episodes_total", "disk-full")] == 1.0
     assert snap.fault_kind is None
+
+
+# -- the metrics threads hold off while the loop admits (wfsched.daemon.quiet) ----
+
+
+def _in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    results: list[object] = []
+    thread = threading.Thread(target=lambda: results.append(call()), daemon=True)
+    thread.start()
+    return thread, results
+
+
+def test_quiet_holds_only_near_a_due_instant_and_until_the_loop_moves_on() -> None:
+    monotonic = Monotonic()
+    quiet = Quiet(monotonic, lead=0.05)
+    quiet.hold()  # nothing expected: no wait
+    quiet.expect(1.0)
+    monotonic.now += 0.9
+    assert not quiet.near()
+    quiet.hold()  # 100 ms before the instant: no wait
+    monotonic.now += 0.06
+    assert quiet.near()
+    thread, done = _in_thread(quiet.hold)
+    wait_for(lambda: quiet.waiting == 1, what="hold() waiting")
+    monotonic.now += 0.5  # the instant came and its tick runs: still held
+    assert not done and quiet.near()
+    quiet.expect(2.0)  # the loop sleeps toward the next instant
+    thread.join(10)
+    assert done and quiet.waiting == 0
+
+
+def test_a_hold_ends_after_its_longest_wait_when_the_loop_never_moves_on() -> None:
+    quiet = Quiet(lead=0.05, longest=0.01)
+    quiet.expect(0.0)
+    quiet.hold()  # returns (a stuck tick must not silence /healthz)
+    assert quiet.near() and quiet.waiting == 0
+
+
+def test_a_scrape_near_a_due_instant_is_answered_once_the_admission_tick_ends(
+    h: Harness,
+) -> None:
+    server = MetricsServer(parse_listen("127.0.0.1:0"), "--metrics")
+    server.start(lambda: h.metrics.snapshot, monotonic=h.monotonic, quiet=h.metrics.quiet)
+    try:
+        base = f"http://127.0.0.1:{server.address.port}"
+        assert _get(base + "/healthz") == (200, "leader ok\n")  # not near: at once
+        h.metrics.sleeping(0.0)  # an instant is due now; the loop admits it
+        for path in ("/metrics", "/healthz"):
+            thread, answers = _in_thread(lambda path=path: _get(base + path))  # type: ignore[misc]
+            wait_for(lambda: h.metrics.quiet.waiting == 1, what="the request held")
+            assert not answers
+            h.metrics.sleeping(None)  # the tick ended; the loop sleeps
+            thread.join(10)
+            assert answers and answers[0][0] == 200  # type: ignore[index]
+            h.metrics.sleeping(0.0)
+    finally:
+        h.metrics.sleeping(None)
+        server.close()
+
+
+def test_the_renderer_holds_off_while_the_loop_admits(h: Harness) -> None:
+    from wfsched.daemon.metrics_render import Warm
+
+    warm = Warm(lambda: h.metrics.snapshot, h.metrics.quiet)
+    warm.start()
+    try:
+        assert warm.parts(10) is not None
+        h.define("a")
+        h.metrics.schedule_changed("a")
+        h.metrics.sleeping(0.0)
+        h.tick_at(T0 - 20)
+        warm.published()
+        wait_for(lambda: h.metrics.quiet.waiting == 1, what="the rendering held")
+        h.metrics.sleeping(None)
+        wait_for(
+            lambda: b'due_timestamp_seconds{schedule="a"}' in b"".join(warm.parts(10) or ()),
+            what="the held rendering done once the tick ended",
+        )
+    finally:
+        h.metrics.sleeping(None)
+        warm.stop()
+
+
+class _Sleeps(Observer):
+    """Records what serve() says before it sleeps; stops it after one tick."""
+
+    def __init__(self) -> None:
+        self.said: list[float | None] = []
+        self.supervisor: Supervisor | None = None
+
+    def ticked(self, seconds: float | None) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop_requested = True
+
+    def sleeping(self, due_in: float | None) -> None:
+        self.said.append(due_in)
+
+
+@pytest.mark.parametrize(("define", "expected"), [(True, 0.5), (False, None)])
+def test_the_loop_names_the_due_instant_it_sleeps_toward(
+    tmp_path: Path, define: bool, expected: float | None
+) -> None:
+    import signal
+
+    store = SQLiteStore(tmp_path / "store")
+    clock = Clock(T0 - 0.5)
+    if define:
+        text = 'id = "a"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\n'
+        Admin(store, clock).create(parse_definition(text, "x.toml", now=int(clock())))
+    observer = _Sleeps()
+    supervisor = Supervisor(
+        store,
+        SupervisorConfig(),
+        FakeControl(clock=clock),
+        clock=clock,
+        log=lambda *_, **__: None,
+        observer=observer,
+    )
+    observer.supervisor = supervisor
+    try:
+        supervisor.serve()
+    finally:
+        signal.set_wakeup_fd(-1)
+    assert observer.said == [pytest.approx(expected) if expected is not None else None]

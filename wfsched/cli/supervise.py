@@ -186,7 +186,7 @@ def _prepare(
     if apply_dir is not None:
         _apply(store, apply_dir, state, log)
     if server is not None and observer is not None:
-        server.start(lambda: observer.snapshot)
+        server.start(lambda: observer.snapshot, quiet=observer.quiet)
         observer.on_publish = server.published
         log("metrics", listen=str(server.address))
 

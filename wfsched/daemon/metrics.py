@@ -31,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from wfsched.api.views import stored_document
 from wfsched.daemon.observe import Observer
+from wfsched.daemon.quiet import Quiet
 from wfsched.domain.calendar import CronCalendar, normalize_cron
 from wfsched.domain.tickerrors import FAULT_KINDS
 from wfsched.domain.timeutil import Clock, wall_clock
@@ -290,6 +291,8 @@ class Metrics(Observer):
         self._epoch = 0
         self._fault_kind: str | None = None
         self._fault_episodes = dict.fromkeys(FAULT_KINDS, 0)
+        self.quiet = Quiet(monotonic)
+        """When the listener and renderer hold off (see `wfsched.daemon.quiet`)."""
         self.on_publish: Callable[[], None] | None = None
         """Called (loop thread) after each publish: wakes the metrics renderer."""
         self._seq = 0
@@ -338,6 +341,9 @@ class Metrics(Observer):
             self.refresh_error = None
         self._last_tick = (self.clock(), self.monotonic())
         self._publish()
+
+    def sleeping(self, due_in: float | None) -> None:
+        self.quiet.expect(due_in)
 
     def _refresh(self, store: Store) -> None:
         with store.snapshot():

@@ -27,6 +27,7 @@ from prometheus_client.core import (
 )
 
 from wfsched.daemon.metrics import SCHEDULE_GAUGES, Buckets, Published, Snapshot
+from wfsched.daemon.quiet import Quiet
 from wfsched.domain.tickerrors import FAULT_KINDS
 
 
@@ -77,7 +78,9 @@ class _Keyed:
         self.joined: list[bytes] = []
         self.text = self.header
 
-    def render(self, family: Published) -> bytes:
+    def render(self, family: Published, pause: Callable[[], None] = lambda: None) -> bytes:
+        """The family's text; `pause()` is called before every CHUNK keys
+        rendered (the caller's chance to yield to the loop)."""
         if family is self.source:
             return self.text
         data = family.data
@@ -87,7 +90,9 @@ class _Keyed:
                 key for key, _ in data.items() - self.source.data.items()
             }
         dirty = set()
-        for key in changed:
+        for done, key in enumerate(changed):
+            if done % CHUNK == 0:
+                pause()
             index = self.chunk_of.get(key)
             if key in data:
                 if index is None:
@@ -167,18 +172,22 @@ class Renderer:
     def render(self, snapshot: Snapshot) -> bytes:
         return b"".join(self.parts(snapshot))
 
-    def parts(self, snapshot: Snapshot) -> tuple[bytes, ...]:
+    def parts(
+        self, snapshot: Snapshot, pause: Callable[[], None] = lambda: None
+    ) -> tuple[bytes, ...]:
         """The exposition as a few whole families' texts, to be sent in order
-        (joining them would copy megabytes for nothing)."""
+        (joining them would copy megabytes for nothing). `pause()` is called
+        between families and every CHUNK schedules rendered."""
         with self._lock:
             parts = [
-                self._occurrences.render(snapshot.occurrences),
-                self._runs.render(snapshot.runs),
-                b"".join(_text(metric) for metric in _scalars(snapshot)),
+                self._occurrences.render(snapshot.occurrences, pause),
+                self._runs.render(snapshot.runs, pause),
             ]
+            pause()
+            parts.append(b"".join(_text(metric) for metric in _scalars(snapshot)))
             for name, family in self._gauges.items():
-                parts.append(family.render(snapshot.schedule_gauges[name]))
-            parts.append(self._durations.render(snapshot.run_duration))
+                parts.append(family.render(snapshot.schedule_gauges[name], pause))
+            parts.append(self._durations.render(snapshot.run_duration, pause))
             return tuple(parts)
 
 
@@ -193,8 +202,9 @@ class Warm:
     snapshot, and otherwise waits for the thread to catch up.
     """
 
-    def __init__(self, source: Callable[[], Snapshot | None]) -> None:
+    def __init__(self, source: Callable[[], Snapshot | None], quiet: Quiet | None = None) -> None:
         self.source = source
+        self.quiet = quiet or Quiet()
         self.renderer = Renderer()
         self._cond = threading.Condition()
         self._wanted = False
@@ -250,7 +260,7 @@ class Warm:
             snapshot = self.source()
             if snapshot is None or snapshot is done:
                 continue
-            parts = self.renderer.parts(snapshot)
+            parts = self.renderer.parts(snapshot, self.quiet.hold)
             with self._cond:
                 self._ready = (snapshot, parts)
                 self._cond.notify_all()

@@ -5,6 +5,7 @@ starts anything (run keeper, lock, recovery), so a bad address or a port in
 use is one clear error and nothing has happened yet. Serving starts later,
 once there is a snapshot source; a renderer thread renders each published
 snapshot and a request sends the latest rendered bytes and nothing else.
+Both wait while the loop admits a due instant (`wfsched.daemon.quiet`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from wfsched.daemon.quiet import Quiet
 from wfsched.domain.config import Listen
 from wfsched.errors import UsageError
 
@@ -37,13 +39,20 @@ class _Server(ThreadingHTTPServer):
         self.source: Callable[[], Snapshot | None] = lambda: None
         self.monotonic: Callable[[], float] = time.monotonic
         self.warm: Any = None
+        self.quiet = Quiet()
         super().__init__(address, _Handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """Accepted: start its thread only once the loop is not admitting."""
+        self.quiet.hold()
+        return True
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:
+        self.server.quiet.hold()
         path = self.path.split("?", 1)[0]
         snapshot = self.server.source()
         if path == "/metrics":
@@ -119,12 +128,17 @@ class MetricsServer:
         self,
         source: Callable[[], Snapshot | None],
         monotonic: Callable[[], float] = time.monotonic,
+        quiet: Quiet | None = None,
     ) -> None:
+        """Serve `source`'s snapshots; with `quiet` (the loop's), requests and
+        renderings wait while the loop admits a due instant."""
         from wfsched.daemon.metrics_render import Warm
 
         self._server.source = source
         self._server.monotonic = monotonic
-        self._server.warm = self._warm = Warm(source)
+        if quiet is not None:
+            self._server.quiet = quiet
+        self._server.warm = self._warm = Warm(source, self._server.quiet)
         self._warm.start()
         self._warm.published()
         self._thread = threading.Thread(

@@ -21,6 +21,11 @@ class Observer:
     def ticked(self, seconds: float | None) -> None:
         """A tick ended (None: a drain step, no tick duration to record)."""
 
+    def sleeping(self, due_in: float | None) -> None:
+        """The loop is about to sleep until an instant due in `due_in`
+        seconds (None: the sleep ends without one). Until the next call it
+        is near that instant or admitting it: latency-bound."""
+
     def leadership(self, leading: bool, epoch: int | None) -> None:
         """This supervisor started leading (with the lease's epoch; None
         without a lease) or stood by."""

@@ -393,7 +393,9 @@ class Supervisor:
                 timing = (min(self.config.poll_interval, left), False)
             else:
                 timing = self._phase("next-due", self._sleep_seconds)
-            self._wait_until_due(waiter, *(timing or (self.config.poll_interval, False)))
+            timeout, due = timing or (self.config.poll_interval, False)
+            self.observer.sleeping(timeout if due else None)
+            self._wait_until_due(waiter, timeout, due)
         self.drain()
         self.leadership.stop(release=True)
         waiter.close()
