@@ -21,8 +21,9 @@ With --metrics the supervisor serves /metrics (`--metrics 127.0.0.1:0`), so
 the idle CPU includes publishing a snapshot every tick; after the idle span
 the bench times scrapes over HTTP: the first one (the renderer thread
 rendered every series when the loop first published, so it only sends),
-then --scrapes more (nothing changed), then scrapes after `wfsched pause` of
-one schedule (its series re-rendered by the renderer thread on that tick).
+then --scrapes more (nothing changed; with the supervisor's CPU per scrape),
+then scrapes after `wfsched pause` of one schedule (its series re-rendered by
+the renderer thread on that tick).
 
 Targets (issue): supervisor CPU < 0.5 % of one core, RSS < 100 MB; with
 --metrics a scrape of 10,000 schedules < 20 ms.
@@ -99,8 +100,11 @@ def time_scrapes(sup: SupervisorProcess, store: Path, count: int) -> dict[str, l
     url = metrics_url(sup)
     first, size = scrape(url)
     print(f"\nfirst scrape (rendered in advance): {first * 1e3:.1f} ms, {size / 1e6:.2f} MB")
+    cpu0 = cpu_seconds(sup.pid)
     unchanged = [scrape(url)[0] for _ in range(count)]
+    cpu = (cpu_seconds(sup.pid) - cpu0) / max(1, count)
     print(f"scrapes, nothing changed: {summary_ms(unchanged)}")
+    print(f"  supervisor CPU per scrape (idle ticks included): {cpu * 1e3:.2f} ms")
     changed = []
     for index in range(min(count, 10)):
         cli(store, "pause", f"idle-{index:05d}")

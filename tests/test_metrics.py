@@ -552,6 +552,39 @@ def test_a_scrape_near_a_due_instant_is_answered_once_the_admission_tick_ends(
         server.close()
 
 
+def test_a_request_accepted_before_the_loop_came_near_is_held_before_parsing(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from http.server import BaseHTTPRequestHandler
+
+    parsed_near: list[bool] = []
+    real = BaseHTTPRequestHandler.parse_request
+
+    def parse(self: BaseHTTPRequestHandler) -> bool:
+        parsed_near.append(h.metrics.quiet.near())
+        return real(self)
+
+    monkeypatch.setattr(BaseHTTPRequestHandler, "parse_request", parse)
+    server = MetricsServer(parse_listen("127.0.0.1:0"), "--metrics")
+    server.start(lambda: h.metrics.snapshot, monotonic=h.monotonic, quiet=h.metrics.quiet)
+    try:
+        with socket.create_connection(("127.0.0.1", server.address.port), timeout=10) as conn:
+            wait_for(
+                lambda: any("process_request" in t.name for t in threading.enumerate()),
+                what="the connection accepted, its thread reading",
+            )
+            h.metrics.sleeping(0.0)
+            conn.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            wait_for(lambda: h.metrics.quiet.waiting == 1, what="the parsing held")
+            h.metrics.sleeping(None)
+            reply = conn.makefile("rb").read()
+        assert reply.startswith(b"HTTP/1.0 200") and reply.endswith(b"leader ok\n")
+        assert parsed_near == [False]  # parsed only once the loop had moved on
+    finally:
+        h.metrics.sleeping(None)
+        server.close()
+
+
 def test_the_renderer_holds_off_while_the_loop_admits(h: Harness) -> None:
     from wfsched.daemon.metrics_render import Warm
 

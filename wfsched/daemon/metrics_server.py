@@ -51,6 +51,12 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
+    def parse_request(self) -> bool:
+        """Parsing the headers is most of a request's Python: held too, for a
+        request accepted just before the loop came near an instant."""
+        self.server.quiet.hold()
+        return super().parse_request()
+
     def do_GET(self) -> None:
         self.server.quiet.hold()
         path = self.path.split("?", 1)[0]

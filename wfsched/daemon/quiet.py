@@ -28,8 +28,10 @@ import threading
 import time
 from collections.abc import Callable
 
-LEAD = 0.05
-"""Seconds before a due instant from which the metrics threads hold off."""
+LEAD = 0.1
+"""Seconds before a due instant from which the metrics threads hold off: the
+pre-wake's 20 ms, plus room for a scrape accepted just before, which on a
+busy host can take tens of milliseconds to finish."""
 LONGEST = 0.5
 """The longest one `hold()` waits, however long the admission takes."""
 
