@@ -58,7 +58,6 @@ class _Handler(BaseHTTPRequestHandler):
         return super().parse_request()
 
     def do_GET(self) -> None:
-        self.server.quiet.hold()
         path = self.path.split("?", 1)[0]
         snapshot = self.server.source()
         if path == "/metrics":

@@ -18,8 +18,9 @@ instant (or none). From LEAD seconds before it (which covers the supervisor's
 own pre-wake, 20 ms before) until the loop's next `expect`, after the tick
 that admitted and launched the instant and published its snapshot, `hold()`
 waits. A scrape is then answered a few milliseconds late, which Prometheus
-cannot tell from network delay; never more than LONGEST late, so a loop
-stuck in a tick (or a long burst) still gets its /healthz answer.
+cannot tell from network delay; each hold lasts at most LONGEST, so a loop
+stuck in a tick (or a long burst) still gets its /healthz answer (a request
+is held at most twice: before its thread starts and before it is parsed).
 """
 
 from __future__ import annotations
