@@ -354,3 +354,53 @@ def test_a_job_that_hunts_down_its_records_never_stops_the_supervisor(
         assert third.stop() == 0, third.text()
     logs = first.text() + second.text() + third.text()
     assert "Traceback" not in logs, logs
+
+
+def test_files_a_job_left_where_its_resume_writes_refuse_the_resume_not_the_tick(
+    store: Path, tmp_path: Path
+) -> None:
+    """An interrupted job leaves a directory where its input file goes and a
+    file where its next attempt's directory goes: `runs resume` is refused,
+    naming what is in the way, the run stays resumable, the supervisor keeps
+    running; once the operator clears them, the resume runs attempt 2."""
+    ran = tmp_path / "other-ran"
+    script = (
+        "if [ $WFSCHED_ATTEMPT = 1 ]; then rm -f $WFSCHED_INPUT; mkdir $WFSCHED_INPUT;"
+        " echo junk > $WFSCHED_RUN_DIR/attempt-2; exit 75; fi; exit 0"
+    )
+    define(
+        store,
+        tmp_path,
+        "pausing",
+        '[trigger]\ncron = "0 0 1 1 *"\n[run]\n'
+        f'command = ["sh", "-c", "{_escape(script)}"]\ninterrupt_exit_code = 75\n',
+    )
+    define(
+        store,
+        tmp_path,
+        "other",
+        f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "echo x >> {ran}"]\n',
+    )
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        assert wfsched(store, "trigger", "pausing").returncode == 0
+        wait_for(lambda: show(store, "run-000001")["state"] == "interrupted", what="interrupted")
+        for resume in (("runs", "resume", "run-000001"),) * 2:
+            result = wfsched(store, *resume)
+            assert result.returncode == 1, result
+            assert "resume refused: cannot prepare its directories:" in result.stderr
+            assert result.stderr.count("\n") == 1, result.stderr
+            assert show(store, "run-000001")["state"] == "interrupted"
+        assert wfsched(store, "trigger", "other").returncode == 0
+        wait_for(lambda: ran.exists(), what="the other schedule to run")
+        assert daemon.proc.poll() is None, daemon.text()
+        run_dir = store / "runs" / "run-000001"
+        (run_dir / "input.json").rmdir()
+        (run_dir / "attempt-2").unlink()
+        result = wfsched(store, "runs", "resume", "run-000001")
+        assert result.returncode == 0, result.stderr
+        wait_for(lambda: show(store, "run-000001")["state"] == "completed", what="attempt 2")
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    assert "Traceback" not in daemon.text()
