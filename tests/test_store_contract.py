@@ -287,6 +287,29 @@ def test_runs_page_newest_first_with_filters(store: Store) -> None:
 # -- run and attempt lifecycle ----------------------------------------------------------
 
 
+def test_an_admitted_run_of_a_blocked_schedule_holds_no_slot(store: Store) -> None:
+    """Capacity counts only runs that can execute: an admitted run of a
+    blocked schedule waits without a slot (counted apart) until `resume`
+    clears the block; a running run of a blocked schedule keeps its slot."""
+    add_schedule(store, "a")
+    add_schedule(store, "b")
+    waiting = admit(store, "a", T0 + 60)
+    running = admit(store, "a", T0 + 120)
+    admit(store, "b", T0 + 60)
+    admit(store, "a", T0 + 180, kind="manual")
+    with store.atomic():
+        store.insert_attempt(running, 1, T0 + 121)
+        store.update_run(running, state="running", started_at=T0 + 121, attempt=1)
+    assert (store.executing_count(), store.blocked_admitted_count()) == (3, 0)
+    with store.atomic():
+        store.update_schedule("a", blocked_reason="run-000009: unreadable records")
+    assert (store.executing_count(), store.blocked_admitted_count()) == (2, 1)
+    assert store.get_run(waiting).state == "admitted"  # type: ignore[union-attr]
+    with store.atomic():
+        store.update_schedule("a", blocked_reason=None)
+    assert (store.executing_count(), store.blocked_admitted_count()) == (3, 0)
+
+
 def test_a_run_from_admission_to_completion(store: Store) -> None:
     add_schedule(store)
     seq = admit(store, "s", T0 + 60)
