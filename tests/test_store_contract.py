@@ -310,6 +310,31 @@ def test_an_admitted_run_of_a_blocked_schedule_holds_no_slot(store: Store) -> No
     assert (store.executing_count(), store.blocked_admitted_count()) == (3, 0)
 
 
+def test_a_resumed_attempt_leaves_the_previous_reason_on_its_own_row(store: Store) -> None:
+    """While attempt 2 runs, the run reports no reason or exit code: the
+    interruption belongs to attempt 1's row, where it stays."""
+    add_schedule(store)
+    seq = admit(store, "s", T0 + 60)
+    with store.atomic():
+        store.mark_attempts([(seq, 1, T0 + 61, T0 + 61)])
+    with store.atomic():
+        reason = "exited with interrupt_exit_code 75"
+        store.update_attempt(seq, 1, state="interrupted", exit_code=75, reason=reason)
+        store.update_run(seq, state="interrupted", exit_code=75, reason=reason)
+    with store.atomic():
+        store.mark_attempts([(seq, 2, T0 + 90, T0 + 61)])
+    run = store.get_run(seq)
+    assert run is not None
+    assert (run.state, run.attempt, run.reason, run.exit_code) == ("running", 2, None, None)
+    assert run.started_at == T0 + 61
+    first = store.get_attempt(seq, 1)
+    assert first is not None and (first.state, first.exit_code, first.reason) == (
+        "interrupted",
+        75,
+        reason,
+    )
+
+
 def test_a_run_from_admission_to_completion(store: Store) -> None:
     add_schedule(store)
     seq = admit(store, "s", T0 + 60)
