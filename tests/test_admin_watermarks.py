@@ -561,6 +561,79 @@ def test_pages_are_stable_while_rows_arrive(env: Env, limit: int) -> None:
     assert [item["reason"] for item in items] == expected
 
 
+def test_pages_miss_no_row_that_concurrent_writers_commit_out_of_order(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """PostgreSQL lets several connections write at once (SQLite has one
+    writer at a time, so the test above covers it): a position drawn by one
+    transaction must never be committed after a higher one that a reader
+    already paged past. A slow writer holds its row uncommitted, a fast one
+    writes three more meanwhile, a reader pages in between, and continuing
+    from its last cursor it sees every row exactly once, in commit order."""
+    import threading
+    from dataclasses import replace
+
+    import psycopg
+
+    from tests.daemon import wait_for
+    from wfsched.store.location import resolve_store
+    from wfsched.store.postgres import PostgresStore
+
+    location = resolve_store(pg_url)
+    root = tmp_path / "store"
+    root.mkdir()
+
+    def open_store() -> Store:
+        return PostgresStore(replace(location, local_dir=root))
+
+    env = Env(open_store())
+    env.at(T0).admin.create(cron_def())
+    expected = [reason for _, reason in seed(env, 4)]
+    slow, fast = open_store(), open_store()
+    fast_done = threading.Event()
+
+    def fast_writes() -> None:
+        with fast.atomic():
+            for n in range(3):
+                at = T0 - 90_000 * MIN + n * MIN
+                fast.insert_occurrence("job", at, "superseded", 1, T0, reason=f"fast{n}")
+        fast_done.set()
+
+    def fast_waits() -> bool:
+        with psycopg.connect(pg_url, autocommit=True) as probe:
+            row = probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            ).fetchone()
+        return bool(row and row[0])
+
+    seen: list[str] = []
+    cursors: list[str] = []
+    writer = threading.Thread(target=fast_writes)
+    with slow.atomic():
+        slow.insert_occurrence("job", T0 - 80_000 * MIN, "superseded", 1, T0, reason="slow")
+        writer.start()
+        wait_for(lambda: fast_done.is_set() or fast_waits(), what="the fast writer")
+        cursor: str | None = None
+        while True:
+            page, cursor = env.admin.occurrences("job", limit=1, cursor=cursor)
+            seen += [item["reason"] for item in page]
+            if cursor is None:
+                break
+            cursors.append(cursor)
+    writer.join(timeout=30)
+    assert fast_done.is_set()
+    # The reader goes on from the last cursor it was given.
+    kept = seen[: len(cursors)]
+    cursor = cursors[-1]
+    while cursor is not None:
+        page, cursor = env.admin.occurrences("job", limit=1, cursor=cursor)
+        kept += [item["reason"] for item in page]
+    assert kept == [*expected, "slow", "fast0", "fast1", "fast2"]
+    for store in (slow, fast, env.store):
+        store.close()
+
+
 def test_update_to_a_past_one_shot_exhausts_without_backfill(env: Env) -> None:
     env.at(T0).admin.create(cron_def("30 * * * *"))
     # The new `at` is also an instant of the old calendar inside the span the

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import Daemon, wait_for, wfsched, wfsched_json, write_definition
+from wfsched.daemon.supervisor import ABANDONED
 
 
 @pytest.fixture
@@ -228,3 +229,178 @@ def test_an_early_stop_caught_for_another_command_is_delivered_when_it_turns_out
         assert signal.getsignal(signal.SIGTERM) is not early_stop._catch
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+# What a job that goes looking for its records (the store's private tree, a
+# path it is never given) does to each of them: before it exits, while the
+# keeper holds the attempt, and (exit.json) once more from a detached child
+# right after the keeper wrote it, racing the supervisor's ingestion.
+TAMPER = {
+    "garbage": "printf garbage > $F",
+    "deletion": "rm -f $F",
+    "directory": "rm -f $F; mkdir $F",
+    "symlink": "rm -f $F; ln -s /dev/zero $F",
+}
+RECORDS = ("exit.json", "shim.json")
+
+
+def _hunting_job(record: str, kind: str, marks: Path) -> str:
+    name = f"{record[:4]}-{kind}"
+    attack = TAMPER[kind]
+    after_exit = ""
+    if record == "exit.json":
+        # Detached (its own session): it outlives the run and waits for the
+        # keeper's record (the one with an outcome) to destroy it again.
+        after_exit = (
+            f"setsid sh -c 'i=0; until grep -qs outcome $F || [ $i -gt 200 ]; do"
+            f" sleep 0.01; i=$((i+1)); done; {attack}' </dev/null >/dev/null 2>&1 & "
+        )
+    return (
+        "R=$WFSCHED_RUN_DIR/../../records/$WFSCHED_RUN_ID/attempt-$WFSCHED_ATTEMPT; "
+        f"F=$R/{record}; export F; [ -e $R/shim.json ] || exit 99; {attack}; "
+        f"touch {marks}/{name}; until [ -e {marks}/go ]; do sleep 0.05; done; "
+        f"{after_exit}exit 7"
+    )
+
+
+def test_a_job_that_hunts_down_its_records_never_stops_the_supervisor(
+    store: Path, tmp_path: Path
+) -> None:
+    """Each record (exit.json, shim.json) overwritten with garbage, deleted,
+    replaced by a directory and by a symlink, by the job itself, with a
+    supervisor crash (SIGKILL) and restart while the jobs hold their attempts.
+    The job runs as the supervisor's user, so it can reach the private tree
+    by computing the path; what must hold then: the supervisor never stops,
+    each run is recorded either as it really ended or failed closed naming
+    the record (its schedule blocked), the rest keeps running, and nothing
+    is left for a restart to trip over."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    ran = tmp_path / "other-ran"
+    cases = [(record, kind) for record in RECORDS for kind in TAMPER]
+    for record, kind in cases:
+        script = _hunting_job(record, kind, marks)
+        define(
+            store,
+            tmp_path,
+            f"{record[:4]}-{kind}",
+            f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "{_escape(script)}"]\n',
+        )
+    define(
+        store,
+        tmp_path,
+        "other",
+        f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "echo x >> {ran}"]\n',
+    )
+    first = Daemon(store)
+    first.wait_started()
+    runs = {}
+    for record, kind in cases:
+        name = f"{record[:4]}-{kind}"
+        assert wfsched(store, "trigger", name).returncode == 0
+    wait_for(
+        lambda: all((marks / f"{r[:4]}-{k}").exists() for r, k in cases),
+        timeout=30,
+        what="every job to tamper with its record",
+    )
+    for run in wfsched_json(store, "runs", "list")["items"]:
+        runs[run["schedule_id"]] = run["run_id"]
+    first.kill()  # the keeper keeps the jobs; the next supervisor re-adopts them
+    second = Daemon(store)
+    try:
+        second.wait_started()
+        (marks / "go").touch()
+        wait_for(
+            lambda: all(show(store, run)["state"] != "running" for run in runs.values()),
+            timeout=30,
+            what="every hunting run to be recorded",
+        )
+        blocked = {b["schedule_id"]: b["reason"] for b in wfsched_json(store, "status")["blocked"]}
+        for record, kind in cases:
+            name = f"{record[:4]}-{kind}"
+            run = show(store, runs[name])
+            assert run["state"] == "failed", (name, run)
+            if run["exit_code"] == 7:
+                assert run["reason"] == "exited with code 7", (name, run)
+                assert name not in blocked
+            else:
+                # Failed closed: the record and what was wrong with it named.
+                assert record == "exit.json", (name, run)
+                assert run["reason"] == ABANDONED or run["reason"].startswith(
+                    "unreadable records: "
+                ), (name, run)
+        # The keeper holds each attempt's lock on the file it opened: what the
+        # job did to shim.json changes nothing, before or after a restart.
+        for kind in TAMPER:
+            assert show(store, runs[f"shim-{kind}"])["exit_code"] == 7
+        # The keeper writes exit.json by rename over whatever the job left,
+        # except a directory, which fails that run closed.
+        directory = show(store, runs["exit-directory"])
+        assert directory["reason"].startswith("unreadable records: ")
+        assert "exit.json: not a regular file" in directory["reason"]
+        assert "exit-directory" in blocked and "exit.json" in blocked["exit-directory"]
+        assert wfsched(store, "trigger", "other").returncode == 0
+        wait_for(lambda: ran.exists(), what="the other schedule to run")
+        assert second.proc.poll() is None, second.text()
+    finally:
+        assert second.stop() == 0, second.text()
+    third = Daemon(store)
+    try:
+        third.wait_started()
+        assert wfsched(store, "trigger", "other").returncode == 0
+        wait_for(lambda: len(ran.read_text().split()) == 2, what="a run after the restart")
+        assert third.proc.poll() is None, third.text()
+    finally:
+        assert third.stop() == 0, third.text()
+    logs = first.text() + second.text() + third.text()
+    assert "Traceback" not in logs, logs
+
+
+def test_files_a_job_left_where_its_resume_writes_refuse_the_resume_not_the_tick(
+    store: Path, tmp_path: Path
+) -> None:
+    """An interrupted job leaves a directory where its input file goes and a
+    file where its next attempt's directory goes: `runs resume` is refused,
+    naming what is in the way, the run stays resumable, the supervisor keeps
+    running; once the operator clears them, the resume runs attempt 2."""
+    ran = tmp_path / "other-ran"
+    script = (
+        "if [ $WFSCHED_ATTEMPT = 1 ]; then rm -f $WFSCHED_INPUT; mkdir $WFSCHED_INPUT;"
+        " echo junk > $WFSCHED_RUN_DIR/attempt-2; exit 75; fi; exit 0"
+    )
+    define(
+        store,
+        tmp_path,
+        "pausing",
+        '[trigger]\ncron = "0 0 1 1 *"\n[run]\n'
+        f'command = ["sh", "-c", "{_escape(script)}"]\ninterrupt_exit_code = 75\n',
+    )
+    define(
+        store,
+        tmp_path,
+        "other",
+        f'[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["sh", "-c", "echo x >> {ran}"]\n',
+    )
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        assert wfsched(store, "trigger", "pausing").returncode == 0
+        wait_for(lambda: show(store, "run-000001")["state"] == "interrupted", what="interrupted")
+        for resume in (("runs", "resume", "run-000001"),) * 2:
+            result = wfsched(store, *resume)
+            assert result.returncode == 1, result
+            assert "resume refused: cannot prepare its directories:" in result.stderr
+            assert result.stderr.count("\n") == 1, result.stderr
+            assert show(store, "run-000001")["state"] == "interrupted"
+        assert wfsched(store, "trigger", "other").returncode == 0
+        wait_for(lambda: ran.exists(), what="the other schedule to run")
+        assert daemon.proc.poll() is None, daemon.text()
+        run_dir = store / "runs" / "run-000001"
+        (run_dir / "input.json").rmdir()
+        (run_dir / "attempt-2").unlink()
+        result = wfsched(store, "runs", "resume", "run-000001")
+        assert result.returncode == 0, result.stderr
+        wait_for(lambda: show(store, "run-000001")["state"] == "completed", what="attempt 2")
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    assert "Traceback" not in daemon.text()

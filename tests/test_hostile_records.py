@@ -13,6 +13,7 @@ attempt's lock and records, never launched twice.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import FakeControl, write_exit_record
-from tests.test_supervisor_loop import MINUTE, T0, Harness
+from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
 from wfsched.api.status import status
 from wfsched.daemon.supervisor import ABANDONED, NEVER_STARTED
 from wfsched.process.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
@@ -105,6 +106,84 @@ def test_recovery_fails_an_unreadable_record_closed_once_and_starts(h: Harness, 
     assert h.runs.show(run_of(h, "b"))["state"] == "running"
 
 
+def failing_reads(h: Harness, record_dir: str, times: int | None = None) -> None:
+    """Reading `record_dir`'s exit record fails with EIO (`times` times, or
+    for ever): a bad sector under one record."""
+    original = h.control.read_exit
+    left = [times]
+
+    def read_exit(directory: str):  # type: ignore[no-untyped-def]
+        if directory == record_dir and left[0] != 0:
+            if left[0] is not None:
+                left[0] -= 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO), os.path.join(directory, "exit.json"))
+        return original(directory)
+
+    h.control.read_exit = read_exit  # type: ignore[method-assign]
+
+
+def retry_now(h: Harness) -> None:
+    """The fault episode's backoff has elapsed: the next tick probes."""
+    if h.supervisor.errors.episode is not None:
+        h.supervisor.errors.episode.retry_at = 0.0
+
+
+def test_a_record_that_keeps_failing_with_eio_fails_its_run_and_the_rest_keeps_running(
+    h: Harness,
+) -> None:
+    """An I/O error is first taken for the disk's (a fault episode, read
+    again); one that stays on the record while the disk answers fails that
+    run closed and blocks its schedule. Meanwhile every other run's end is
+    recorded and the other schedules run."""
+    two_schedules(h)
+    spec, _ = h.control.spec(run_of(h, "a"))
+    failing_reads(h, spec.record_dir)
+    h.control.die(spec.run_id)
+    h.control.finish(run_of(h, "b"))
+    h.tick_at(T0 + 1)  # must not raise
+    assert ("fault", "io-error") in [(e, f.get("kind")) for e, f in h.events]
+    assert h.history("b") == [(iso(T0), "completed", None)]
+    for second in range(2, 8):
+        retry_now(h)
+        h.tick_at(T0 + second)
+    run = h.runs.show(spec.run_id)
+    assert run["state"] == "failed"
+    assert "exit.json" in run["reason"] and "Input/output error" in run["reason"]
+    assert h.admin.get("a")["state"] == "blocked"
+    h.tick_at(T0 + MINUTE)
+    assert [state for _, state, _ in h.history("b")] == ["completed", "running"]
+
+
+def test_a_passing_io_error_on_a_record_is_read_again_not_a_verdict(h: Harness) -> None:
+    two_schedules(h)
+    spec, _ = h.control.spec(run_of(h, "a"))
+    failing_reads(h, spec.record_dir, times=1)
+    h.control.finish(spec.run_id, exit_code=0)
+    h.tick_at(T0 + 1)
+    assert h.runs.show(spec.run_id)["state"] == "running"
+    for second in range(2, 4):
+        retry_now(h)
+        h.tick_at(T0 + second)
+    assert h.runs.show(spec.run_id)["state"] == "completed"
+    assert h.admin.get("a")["state"] == "active"
+
+
+def test_recovery_meeting_an_io_error_on_a_record_starts_and_settles_it(h: Harness) -> None:
+    two_schedules(h)
+    spec, _ = h.control.spec(run_of(h, "a"))
+    h.control.die(spec.run_id)
+    h.supervisor = h.new_supervisor()
+    failing_reads(h, spec.record_dir)
+    h.supervisor.recover()  # must not raise: the run is read again by the ticks
+    for second in range(1, 8):
+        retry_now(h)
+        h.tick_at(T0 + second)
+    run = h.runs.show(spec.run_id)
+    assert run["state"] == "failed" and "Input/output error" in run["reason"]
+    assert h.admin.get("a")["state"] == "blocked"
+    assert h.runs.show(run_of(h, "b"))["state"] == "running"
+
+
 def test_an_unreadable_started_record_of_a_dead_shim_fails_closed(h: Harness) -> None:
     h.define("a", cron="0 * * * *")
     h.tick_at(T0)
@@ -144,6 +223,40 @@ def test_a_resume_into_files_a_job_left_is_refused_and_stays_resumable(h: Harnes
     h.tick_at(T0 + 2)  # must not raise
     assert h.runs.show("run-000001")["state"] == "interrupted"
     assert len(h.control.spawned) == 1
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+def test_a_resume_into_logs_a_job_left_is_refused_and_stays_resumable(
+    h: Harness, kind: str
+) -> None:
+    """Where the keeper would open the next attempt's logs, the job left a
+    directory (the attempt could not start) or a symlink (its output would
+    go where the job chose): refused before anything is marked."""
+    h.define_interruptible("a")
+    h.tick_at(T0)
+    spec, _ = h.control.spec("run-000001")
+    log = Path(spec.env["WFSCHED_RUN_DIR"]) / "attempt-2" / "stdout.log"
+    log.parent.mkdir()
+    if kind == "directory":
+        log.mkdir()
+    else:
+        log.symlink_to(log.parent.parent / "elsewhere.log")
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    seq = h.runs.request_resume("run-000001")
+    h.tick_at(T0 + 2)
+    answer = h.store.get_request(seq)
+    assert answer is not None and answer.state == "refused"
+    assert "cannot prepare its directories" in (answer.result or "")
+    assert "stdout.log: not a regular file" in (answer.result or "")
+    assert h.runs.show("run-000001")["state"] == "interrupted"
+    assert len(h.control.spawned) == 1
+    # Once the operator removes it, the resume runs attempt 2.
+    log.rmdir() if kind == "directory" else log.unlink()
+    h.runs.request_resume("run-000001")
+    h.tick_at(T0 + 3)
+    assert h.runs.show("run-000001")["state"] == "running"
+    assert len(h.control.spawned) == 2
 
 
 def test_a_dead_shim_is_recorded_only_once_its_session_is_gone(tmp_path: Path) -> None:

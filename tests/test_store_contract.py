@@ -287,6 +287,54 @@ def test_runs_page_newest_first_with_filters(store: Store) -> None:
 # -- run and attempt lifecycle ----------------------------------------------------------
 
 
+def test_an_admitted_run_of_a_blocked_schedule_holds_no_slot(store: Store) -> None:
+    """Capacity counts only runs that can execute: an admitted run of a
+    blocked schedule waits without a slot (counted apart) until `resume`
+    clears the block; a running run of a blocked schedule keeps its slot."""
+    add_schedule(store, "a")
+    add_schedule(store, "b")
+    waiting = admit(store, "a", T0 + 60)
+    running = admit(store, "a", T0 + 120)
+    admit(store, "b", T0 + 60)
+    admit(store, "a", T0 + 180, kind="manual")
+    with store.atomic():
+        store.insert_attempt(running, 1, T0 + 121)
+        store.update_run(running, state="running", started_at=T0 + 121, attempt=1)
+    assert (store.executing_count(), store.blocked_admitted_count()) == (3, 0)
+    with store.atomic():
+        store.update_schedule("a", blocked_reason="run-000009: unreadable records")
+    assert (store.executing_count(), store.blocked_admitted_count()) == (2, 1)
+    assert store.get_run(waiting).state == "admitted"  # type: ignore[union-attr]
+    with store.atomic():
+        store.update_schedule("a", blocked_reason=None)
+    assert (store.executing_count(), store.blocked_admitted_count()) == (3, 0)
+
+
+def test_a_resumed_attempt_leaves_the_previous_reason_on_its_own_row(store: Store) -> None:
+    """While attempt 2 runs, the run reports no reason or exit code: the
+    interruption belongs to attempt 1's row, where it stays."""
+    add_schedule(store)
+    seq = admit(store, "s", T0 + 60)
+    with store.atomic():
+        store.mark_attempts([(seq, 1, T0 + 61, T0 + 61)])
+    with store.atomic():
+        reason = "exited with interrupt_exit_code 75"
+        store.update_attempt(seq, 1, state="interrupted", exit_code=75, reason=reason)
+        store.update_run(seq, state="interrupted", exit_code=75, reason=reason)
+    with store.atomic():
+        store.mark_attempts([(seq, 2, T0 + 90, T0 + 61)])
+    run = store.get_run(seq)
+    assert run is not None
+    assert (run.state, run.attempt, run.reason, run.exit_code) == ("running", 2, None, None)
+    assert run.started_at == T0 + 61
+    first = store.get_attempt(seq, 1)
+    assert first is not None and (first.state, first.exit_code, first.reason) == (
+        "interrupted",
+        75,
+        reason,
+    )
+
+
 def test_a_run_from_admission_to_completion(store: Store) -> None:
     add_schedule(store)
     seq = admit(store, "s", T0 + 60)

@@ -92,6 +92,21 @@ def test_the_waiting_run_launches_through_capacity_once_resume_clears_the_block(
     assert h.runs.show("run-000001")["state"] == "running"
 
 
+def test_a_manual_run_of_a_blocked_schedule_runs_as_it_does_while_paused(tmp_path: Path) -> None:
+    """`trigger` is the operator's own request: like pause, overlap and
+    capacity, a block does not hold it (its schedule's instants stay held)."""
+    h = Harness(tmp_path / "s", max_concurrent_runs=1)
+    h.define("a", cron="0 * * * *")
+    admitted_then_blocked(h)
+    h.runs.request_trigger("a")
+    h.tick_at(T0 + 2)
+    assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000002"]
+    info = status(h.store, h.clock)
+    assert (info["executing"], info["waiting_for_unblock"]) == (0, 1)
+    assert h.runs.show("run-000001")["state"] == "admitted"
+    assert h.admin.get("a")["state"] == "blocked"
+
+
 def test_an_admitted_run_with_attempt_rows_is_never_launched_after_resume(
     tmp_path: Path,
 ) -> None:

@@ -10,6 +10,7 @@ loop can be driven in tests with a fake launcher and an injected clock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -129,6 +130,11 @@ NEVER_STARTED = (
     "not started: its run keeper died before starting the command; the command never ran"
 )
 REQUEST_TRIES = 5
+RECORD_READ_TRIES = 3
+"""Reads of one attempt's records failing with an I/O error (each a fault
+episode, read again once the disk answers its probe) before the error is
+taken for the record's own: its run is failed closed and its schedule
+blocked, so one bad sector never holds every other run's ingestion."""
 """A request (trigger, resume, cancel) whose handling keeps failing is
 answered `refused`, with the error in words, after this many tries: retried
 forever it would be pending forever, and its operator would never learn why."""
@@ -169,6 +175,8 @@ class Watch:
     never_started: str = NEVER_STARTED
     """The reason recorded when a lost launch proves to have started nothing."""
     lost_launches: int = 0
+    read_faults: int = 0
+    """Reads of its records that failed with a resource error (EIO...)."""
 
 
 @dataclass(frozen=True)
@@ -1626,28 +1634,38 @@ class Supervisor:
         self._collect_reaped()
         endings: list[tuple[Watch, ExitRecord | None, str | None]] = []
         corrupt: list[tuple[str, str]] = []
+        fault: OSError | None = None
         for seq, watch in list(self.watches.items()):
             polled = watch.adopted or watch.ending is not None
             if watch.spec is not None or (seq not in self._reaped and not polled):
                 continue
             self._focus = {"run": run_id(seq), "schedule": watch.schedule_id}
-            ending = self._examine(watch, seq in self._reaped)
+            try:
+                ending = self._examine(watch, seq in self._reaped)
+            except StoreUnavailable:
+                raise
+            except OSError as exc:
+                # One attempt's records failing to read never holds up the
+                # others' endings: they are recorded, then the fault is raised.
+                fault = fault or exc
+                continue
             if ending is None:
                 continue
             record, failure, block = ending
             endings.append((watch, record, failure))
             if block is not None:
                 corrupt.append((watch.schedule_id, f"{run_id(seq)}: {block}"))
-        if not endings:
-            return
-        self._focus = {"runs": ",".join(run_id(watch.run_seq) for watch, _, _ in endings)}
-        if any(record is not None for _, record, _ in endings):
-            self.fault("before-ingest")
-        self._conclude_all(endings)
-        if any(record is not None for _, record, _ in endings):
-            self.fault("after-ingest")
-        for schedule_id, reason in corrupt:
-            self.block(schedule_id, reason)
+        if endings:
+            self._focus = {"runs": ",".join(run_id(watch.run_seq) for watch, _, _ in endings)}
+            if any(record is not None for _, record, _ in endings):
+                self.fault("before-ingest")
+            self._conclude_all(endings)
+            if any(record is not None for _, record, _ in endings):
+                self.fault("after-ingest")
+            for schedule_id, reason in corrupt:
+                self.block(schedule_id, reason)
+        if fault is not None:
+            raise fault
 
     def _collect_reaped(self) -> None:
         """Take the pids the run keeper reported ended. Needs no store, so it runs
@@ -1687,7 +1705,11 @@ class Supervisor:
                 raise
             except (RecordError, OSError) as exc:
                 if isinstance(exc, OSError) and classify(exc, self.store.root) is not None:
-                    raise  # a fault episode (no descriptor, EIO): read again later
+                    # A fault episode (no descriptor, EIO): read again later;
+                    # an I/O error that stays on this record is its own.
+                    watch.read_faults += 1
+                    if exc.errno != errno.EIO or watch.read_faults < RECORD_READ_TRIES:
+                        raise
                 reason = f"unreadable records: {exc}"
                 found = (None, reason, reason)
             if found is None or found[0] is not None:
@@ -2087,9 +2109,9 @@ class Supervisor:
             directory = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
         watch = Watch(run.seq, run.schedule_id, run.attempt, directory, handle, True)
         self._watch(watch)
-        ending = self._examine(watch, False)
+        ending = self._examine_at_recovery(watch)
         if ending is None:
-            if watch.ending is None:
+            if watch.ending is None and not watch.read_faults:
                 pid = watch.handle.pid if watch.handle is not None else None
                 self.log("re-adopted", run=run.run_id, pid=pid)
             return  # alive, or what is left of it is being terminated
@@ -2099,6 +2121,22 @@ class Supervisor:
             self.log("recovered", run=run.run_id, outcome=record.outcome)
         if block is not None:
             self.block(run.schedule_id, f"{run.run_id}: {block}")
+
+    def _examine_at_recovery(
+        self, watch: Watch
+    ) -> tuple[ExitRecord | None, str | None, str | None] | None:
+        """`_examine`, except that records that cannot be read now (EIO, no
+        descriptor left) never stop the start: the run stays watched, and
+        the ticks read it again (`ingest_exits`)."""
+        try:
+            return self._examine(watch, False)
+        except StoreUnavailable:
+            raise
+        except OSError as exc:
+            if classify(exc, self.store.root) is None:
+                raise
+            self.log("recovery-deferred", run=run_id(watch.run_seq), reason=describe(exc))
+            return None
 
     def _watch_abandoned(self, run: RunRow) -> None:
         """A run of this host the leader failed while the host was silent: if
@@ -2117,7 +2155,7 @@ class Supervisor:
             return
         watch = Watch(run.seq, run.schedule_id, run.attempt, directory, handle, True)
         self._watch(watch)
-        ending = self._examine(watch, False)
+        ending = self._examine_at_recovery(watch)
         if ending is None:
             return  # still running: its exit is disclosed when it comes
         record, failure, _ = ending

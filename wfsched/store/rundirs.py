@@ -59,14 +59,30 @@ class RunDir:
         _write_json(self.input_path, input_document)
 
     def prepare_attempt(self, attempt: int, resume_input: Any = NO_RESUME_INPUT) -> Path:
+        """The attempt's directory; OSError if a job left something in the
+        way. A directory that already existed (a job made it, or a launch
+        that crashed before its mark) may hold logs the keeper would open:
+        anything there but a regular file (a directory, a symlink to where
+        the job chose) is refused before the attempt is marked."""
         directory = self.attempt_dir(attempt)
         try:
             os.mkdir(directory, 0o700)
         except OSError:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for stream in ("stdout", "stderr"):
+                _regular_or_absent(self.log_path(attempt, stream))
         if resume_input is not NO_RESUME_INPUT:
             write_json_atomic(self.resume_input_path(attempt), resume_input)
         return directory
+
+
+def _regular_or_absent(path: Path) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise FileExistsError(f"{path}: not a regular file; wfsched did not put it there")
 
 
 def records_root(store_root: Path) -> Path:
