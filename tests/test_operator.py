@@ -53,6 +53,27 @@ def test_one_shot_at_is_the_utc_instant_in_json_and_as_written_in_toml(
         assert "2026-12-24 18:00 +01:00" in out
 
 
+@pytest.mark.parametrize(
+    ("written", "local"),
+    [
+        ('"2026-12-24T18:00:00.750+01:00"', "2026-12-24 18:00 +01:00"),
+        ('"2026-12-24T18:00:00-03:30"', "2026-12-24 18:00 -03:30"),
+        ('"2026-12-24T18:00:00+00:00"', "2026-12-24 18:00 +00:00 (UTC)"),
+        ('"2026-12-24t18:00:00.9z"', "2026-12-24 18:00 +00:00 (UTC)"),
+    ],
+)
+def test_next_shows_a_one_shot_in_the_offset_written_in_at(
+    run_cli: CliRun, write_toml: Callable[..., Path], written: str, local: str
+) -> None:
+    """`next` says "local" like every other view: the schedule's zone, which
+    for a one-shot is its written offset (it said UTC for every one-shot)."""
+    assert run_cli("create", str(write_toml("once.toml", ONE_SHOT.format(at=written))))[0] == 0
+    (item,) = json.loads(run_cli("next", "once", "--json")[1])["items"]
+    assert item["local"] == local
+    assert re.search(rf"next due \(local\)\s+{re.escape(local)}\s*\n", run_cli("get", "once")[1])
+    assert local in run_cli("next", "once")[1]
+
+
 def test_update_with_an_equal_definition_is_a_documented_no_op(
     run_cli: CliRun, make_definition: Callable[..., Path]
 ) -> None:

@@ -357,7 +357,11 @@ class Admin(Reads):
     def next(
         self, schedule_id: str, count: int = 5, after: str | None = None
     ) -> list[dict[str, Any]]:
-        from wfsched.domain.calendar import CronCalendar, describe_local
+        from wfsched.domain.calendar import (
+            CronCalendar,
+            describe_local,
+            describe_one_shot_local,
+        )
 
         if not 1 <= count <= 1000:
             raise UsageError("--count must be between 1 and 1000")
@@ -387,9 +391,12 @@ class Admin(Reads):
                 raise
             if following is None:
                 break
-            local, note = describe_local(
-                following, zone, cal if isinstance(cal, CronCalendar) else None
-            )
+            if isinstance(defn.trigger, OneShotTrigger):
+                local, note = describe_one_shot_local(following, defn.trigger.written), None
+            else:
+                local, note = describe_local(
+                    following, zone, cal if isinstance(cal, CronCalendar) else None
+                )
             items.append({"scheduled_at": format_instant(following), "local": local, "note": note})
             cursor = following
         return items

@@ -22,7 +22,7 @@ import re
 import threading
 import zoneinfo
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
@@ -523,6 +523,27 @@ def _offset_text(offset: timedelta) -> str:
     seconds = abs(int(offset.total_seconds()))
     text = f"{sign}{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
     return text + (f":{seconds % 60:02d}" if seconds % 60 else "")
+
+
+_WRITTEN_OFFSET = re.compile(r"([+-])(\d{2}):(\d{2})$")
+
+
+def describe_one_shot_local(instant: int, written: str) -> str:
+    """A one-shot's instant as wall time in the offset written in its `at`:
+    that offset is the schedule's zone, as `get` and `occurrences` show it
+    (`Z` is UTC). Never the zone of the machine running the command."""
+    match = _WRITTEN_OFFSET.search(written.strip())
+    sign = -1 if match is not None and match.group(1) == "-" else 1
+    offset = (
+        timedelta(hours=int(match.group(2)), minutes=int(match.group(3))) * sign
+        if match is not None
+        else timedelta(0)
+    )
+    if not offset:  # `Z`, `+00:00`, `-00:00`: UTC
+        return describe_local(instant, "UTC", None)[0]
+    local = datetime.fromtimestamp(instant, timezone(offset))
+    clock = "%H:%M:%S" if local.second else "%H:%M"
+    return f"{local.strftime('%Y-%m-%d ' + clock)} {_offset_text(offset)}"
 
 
 def describe_local(instant: int, zone: str, cal: CronCalendar | None) -> tuple[str, str | None]:
