@@ -472,7 +472,24 @@ def test_apply_of_a_folder_with_one_invalid_file_writes_nothing(
     code, out, err = run_cli("apply", str(bad.parent))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and f"{bad}: trigger.timezone:" in err
-    assert rows(store_path) == {}
+    assert_no_store(store_path)  # not even an empty store is left behind
+
+
+def test_apply_to_an_existing_store_with_invalid_files_writes_nothing(
+    run_cli: CliRun, make_definition: Callable[..., Path], write_toml, store_path: Path
+) -> None:
+    make_definition("fine")
+    assert run_cli("apply", str(store_path.parent / "defs"))[0] == 0
+    before = rows(store_path)
+    make_definition("fine", cron="5 * * * *")
+    write_toml("bad1.toml", definition_text("bad1", cron="0 25 * * *"))
+    write_toml("bad2.toml", definition_text("bad2", timezone="Nowhere/Land"))
+    code, out, err = run_cli("apply", str(store_path.parent / "defs"), "--prune")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 3 and err.endswith(
+        "2 of 3 definition files are invalid; nothing was written\n"
+    )
+    assert rows(store_path) == before
 
 
 def test_apply_of_a_deleted_id_is_a_conflict_and_writes_nothing(
@@ -524,9 +541,21 @@ def test_apply_of_an_empty_folder_says_so(run_cli: CliRun, tmp_path: Path) -> No
     assert run_cli("apply", str(tmp_path / "empty")) == (0, "no definitions found\n", "")
 
 
-def test_apply_of_a_missing_path_is_a_usage_error(run_cli: CliRun, tmp_path: Path) -> None:
+def test_apply_of_a_missing_path_is_a_usage_error(
+    run_cli: CliRun, tmp_path: Path, store_path: Path
+) -> None:
     code, _, err = run_cli("apply", str(tmp_path / "missing"))
     assert code == 2 and "no such file or directory" in err
+    assert_no_store(store_path)
+
+
+def test_apply_prune_of_an_empty_folder_is_refused_and_writes_nothing(
+    run_cli: CliRun, tmp_path: Path, store_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_cli("apply", str(tmp_path / "empty"), "--prune")
+    assert code == 2 and "refusing to --prune every schedule" in err
+    assert_no_store(store_path)
 
 
 # ---------------------------------------------------------------------- edit

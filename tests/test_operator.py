@@ -518,7 +518,7 @@ def test_apply_reports_every_invalid_file_and_writes_nothing(
     assert "bad2.toml: trigger.timezone:" in lines[1]
     assert "twin.toml: id: 'fine' is also defined in" in lines[2]
     assert lines[3] == ("wfsched: error: 3 of 4 definition files are invalid; nothing was written")
-    assert json.loads(run_cli("list", "--json")[1])["items"] == []
+    assert not store_path.exists()  # not even an empty store
 
 
 def test_validate_warns_when_the_executable_is_not_on_path(

@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 # itself: start-up time of read commands such as `wfsched list` matters.
 
 
+Loaded = dict[str, tuple[Definition, str]]
+"""The definitions an apply installs: id -> (definition, the file it came from)."""
+
+
 @dataclass(frozen=True)
 class ApplyAction:
     schedule_id: str
@@ -159,19 +163,22 @@ class Admin(Reads):
         self.store.insert_revision(row.id, revision, definition, now, change.consumed_through)
 
     def apply(
-        self, paths: Sequence[str], *, prune: bool = False, dry_run: bool = False
+        self,
+        paths: Sequence[str],
+        *,
+        prune: bool = False,
+        dry_run: bool = False,
+        loaded: Loaded | None = None,
     ) -> list[ApplyAction]:
         """Make the store match the definitions under `paths` (files or folders).
 
         Every file is validated before anything is written; one transaction
         covers the whole apply, so it lands completely or not at all.
+        `loaded`: what `load_for_apply` already read and validated (before
+        the caller opened, and so created, the store).
         """
         now = self.clock()
-        wanted = self._load_all(paths, int(now))
-        if prune and not wanted:
-            raise UsageError(
-                f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
-            )
+        wanted = loaded if loaded is not None else load_for_apply(paths, int(now), prune=prune)
         actions: list[ApplyAction] = []
         with self.store.atomic():
             existing = self.store.schedules_by_id(wanted)
@@ -215,47 +222,6 @@ class Admin(Reads):
                         if not dry_run:
                             self._delete(row, now)
         return actions
-
-    def _load_all(self, paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
-        files: dict[Path, None] = {}  # ordered and de-duplicated by real path
-        real_dirs: dict[Path, Path] = {}
-        for given in paths:
-            path = Path(given)
-            if path.is_dir():
-                # Sorted by parts, as Path's own order (without its per-compare cost).
-                for found in sorted(path.rglob("*.toml"), key=lambda found: found.parts):
-                    # Hidden folders and files (.git, editor swap files) are not definitions.
-                    hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
-                    if not hidden:
-                        real = _real_file(found, real_dirs)
-                        if real is not None:
-                            files.setdefault(real, None)
-            elif path.exists():
-                files.setdefault(path.resolve(), None)
-            else:
-                raise UsageError(f"{given}: no such file or directory")
-        wanted: dict[str, tuple[Definition, str]] = {}
-        errors: list[DefinitionError] = []
-        for file in files:
-            try:
-                defn = load_definition_file(file, now=now)
-            except DefinitionError as exc:
-                errors.append(exc)
-                continue
-            if defn.id in wanted:
-                errors.append(
-                    DefinitionError(
-                        str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
-                    )
-                )
-                continue
-            wanted[defn.id] = (defn, str(file))
-        # Every invalid file is reported in one pass; nothing is written.
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            raise DefinitionErrors(errors, len(files), "; nothing was written")
-        return wanted
 
     # -- pause, resume, delete -------------------------------------------------------
 
@@ -426,6 +392,55 @@ class Admin(Reads):
 
     def _record(self, row: ScheduleRow, entries: Iterable[Entry], now: float) -> None:
         record_entries(self.store, row.id, row.revision, entries, now)
+
+
+def load_for_apply(paths: Sequence[str], now: int, *, prune: bool = False) -> Loaded:
+    """Read and validate every definition file under `paths`, touching no
+    store: an apply with any invalid file must leave nothing behind, not even
+    a new empty store. Every invalid file is reported in one error."""
+    files: dict[Path, None] = {}  # ordered and de-duplicated by real path
+    real_dirs: dict[Path, Path] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            # Sorted by parts, as Path's own order (without its per-compare cost).
+            for found in sorted(path.rglob("*.toml"), key=lambda found: found.parts):
+                # Hidden folders and files (.git, editor swap files) are not definitions.
+                hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
+                if not hidden:
+                    real = _real_file(found, real_dirs)
+                    if real is not None:
+                        files.setdefault(real, None)
+        elif path.exists():
+            files.setdefault(path.resolve(), None)
+        else:
+            raise UsageError(f"{given}: no such file or directory")
+    wanted: dict[str, tuple[Definition, str]] = {}
+    errors: list[DefinitionError] = []
+    for file in files:
+        try:
+            defn = load_definition_file(file, now=now)
+        except DefinitionError as exc:
+            errors.append(exc)
+            continue
+        if defn.id in wanted:
+            errors.append(
+                DefinitionError(
+                    str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                )
+            )
+            continue
+        wanted[defn.id] = (defn, str(file))
+    # Every invalid file is reported in one pass; nothing is written.
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise DefinitionErrors(errors, len(files), "; nothing was written")
+    if prune and not wanted:
+        raise UsageError(
+            f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
+        )
+    return wanted
 
 
 class _Unlistable:

@@ -19,7 +19,7 @@ from wfsched.cli.complete import schedule_argument
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
-    from wfsched.api.admin import Admin
+    from wfsched.api.admin import Admin, Loaded
     from wfsched.domain.model import Definition
 
 DEFAULT_PAGE = 20
@@ -138,10 +138,16 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     or `update` since the schedule was last applied warns on stderr, naming
     both revisions (the folder wins).
     """
+    from wfsched.api.admin import load_for_apply
+
+    # Every file is validated before the store is opened: an invalid folder
+    # must not leave a new, empty store (directory or schema) behind.
+    loaded = load_for_apply(paths, int(state.clock()), prune=prune)
     if dry_run and state.store(create=False) is None:
-        actions = _dry_run_against_empty_store(state, paths, prune)
+        actions = _dry_run_against_empty_store(state, paths, prune, loaded)
     else:
-        actions = state.admin(create=True).apply(paths, prune=prune, dry_run=dry_run)
+        admin = state.admin(create=True)
+        actions = admin.apply(paths, prune=prune, dry_run=dry_run, loaded=loaded)
     tally = {"created": 0, "updated": 0, "unchanged": 0, "deleted": 0}
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
@@ -169,7 +175,9 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     )
 
 
-def _dry_run_against_empty_store(state: CliState, paths: tuple[str, ...], prune: bool) -> list[Any]:
+def _dry_run_against_empty_store(
+    state: CliState, paths: tuple[str, ...], prune: bool, loaded: Loaded
+) -> list[Any]:
     # No store yet: a dry run must not create one, so it runs against a
     # throwaway empty store (every valid definition would be "created").
     import tempfile
@@ -180,7 +188,9 @@ def _dry_run_against_empty_store(state: CliState, paths: tuple[str, ...], prune:
     with tempfile.TemporaryDirectory(prefix="wfsched-dry-run-") as scratch:
         store = open_store(scratch)
         try:
-            return Admin(store, clock=state.clock).apply(paths, prune=prune, dry_run=True)
+            return Admin(store, clock=state.clock).apply(
+                paths, prune=prune, dry_run=True, loaded=loaded
+            )
         finally:
             store.close()
 
