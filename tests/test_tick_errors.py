@@ -444,3 +444,86 @@ def test_a_failed_next_due_lookup_in_the_loop_sleeps_a_poll_interval(
         signal.set_wakeup_fd(-1)
     assert h.supervisor.errors.counts == {"next-due": 1}
     assert [event for event, _ in h.events] == ["started", "tick-error", "draining", "drained"]
+
+
+def test_a_store_error_in_the_quiet_check_is_contained(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle tick asks the store only whether anything changed; that read
+    failing must not end the supervisor (it escaped every phase)."""
+    h.tick_at(T0 - 20)
+    h.supervisor._sleep_seconds()  # remembers the next due instant: quiet from now
+    h.tick_at(T0 - 19)
+    fail(h, monkeypatch, "changes", times=2)
+    h.tick_at(T0 - 18)
+    assert h.supervisor.errors.counts == {"liveness": 1}
+    assert tick_errors(h) == [{"phase": "liveness", "reason": "disk I/O error"}]
+    h.tick_at(T0)
+    assert h.run_ids() == ["run-000001"]
+
+
+def test_a_store_error_taking_up_leadership_is_contained_and_retried(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease is won at 08:59:55, then the first writes as leader fail
+    until 09:00:10: the supervisor stays standby meanwhile (it admits
+    nothing), counts the errors, and leads once they pass, not as a handover
+    (it took over from nobody). 09:00 fell due while it held the lease, so it
+    is judged by lateness (10 s late, 60 s allowed: it runs), not missed."""
+    import os
+    import time
+    from dataclasses import replace
+
+    import psycopg
+
+    from wfsched.daemon.leadership import Leadership
+    from wfsched.store.location import resolve_store
+    from wfsched.store.postgres import PostgresStore
+
+    (tmp_path / "local").mkdir()
+    store = PostgresStore(replace(resolve_store(pg_url), local_dir=tmp_path / "local"))
+    h = Harness(store)
+    h.define("a", cron="0 * * * *")
+    channel = store.lease_channel("here", os.getpid())
+    leadership = Leadership(channel, 30.0, 1.0)
+    epoch = channel.take(30.0)
+    assert epoch is not None
+    leadership._set(epoch, time.monotonic())
+    h.supervisor = Supervisor(
+        store,
+        SupervisorConfig(host="here"),
+        h.control,
+        clock=h.clock,
+        log=lambda event, **fields: h.events.append((event, fields)),
+        leadership=leadership,
+    )
+    real = store.set_idle_limit
+    left = [2]
+
+    def failing(seconds: float) -> None:
+        if left[0]:
+            left[0] -= 1
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        real(seconds)
+
+    monkeypatch.setattr(store, "set_idle_limit", failing)
+    try:
+        h.tick_at(T0 - 5)
+        assert not h.supervisor.leading and h.run_ids() == []
+        assert h.supervisor.errors.counts == {"leadership": 1}
+        assert [f["phase"] for f in tick_errors(h)] == ["leadership"]
+        assert events(h, "standby")[-1]["reason"].startswith("could not take up leadership")
+        h.tick_at(T0 + 5)
+        assert not h.supervisor.leading and h.run_ids() == []
+        h.tick_at(T0 + 10)
+        assert h.supervisor.leading and h.supervisor.errors.counts == {"leadership": 2}
+        assert [f["handover"] for f in events(h, "leading")] == [False, False, False]
+        assert h.history("a") == [(iso(T0), "running", None)]
+        assert h.run_ids() == ["run-000001"]
+        h.control.finish("run-000001")
+        h.tick_at(T0 + 3600 + 300)  # 5 minutes late, the store fine: the plain reason
+        assert h.history("a")[1:] == [(iso(T0 + 3600), "skipped-misfire", "late")]
+    finally:
+        channel.close()
+        leadership.close()
+        store.close()

@@ -467,6 +467,7 @@ class Supervisor:
         return False
 
     def _lead(self, epoch: int | None) -> None:
+        led_before = self._led
         self._handover = self._led or self.leadership.saw_leader
         self._failover_pending = self._handover
         self._led = True
@@ -482,6 +483,18 @@ class Supervisor:
         except LeaseLost as exc:
             self._step_down(str(exc))
             return
+        except Exception as exc:
+            # A store error (a lost connection): stand by again and take up
+            # leadership next tick while the lease holds (not as a handover
+            # from ourselves). The leadership phase counts it. The lease was
+            # won: what falls due from now is judged by lateness, late because
+            # the store failed, as for a lock taken before the store failed.
+            self._led = led_before
+            if self.owned_at is None:
+                self.owned_at = self.clock()
+                self._admission_failed = True
+            self._step_down(f"could not take up leadership: {describe(exc)}")
+            raise
         self._unlaunched = True
         self.wake_now = True
 
@@ -580,7 +593,7 @@ class Supervisor:
             self._phase("watch", self._collect_reaped)
             return
         now = self.clock()
-        self._follow_lease()
+        self._phase("leadership", self._follow_lease)
         if self._quiet(now):
             if self.leading:
                 self._phase("liveness", self._stamp)
@@ -633,7 +646,12 @@ class Supervisor:
             or (self.config.retention is not None and now >= self._next_retention)
         ):
             return False
-        changes = self.store.changes()
+        try:
+            changes = self.store.changes()
+        except Exception:
+            # Not quiet then: the full tick reads it again in its liveness
+            # phase, which counts the error (it never ends the supervisor).
+            return False
         return changes is not None and changes == due[1]
 
     def _phase(self, name: str, action: Callable[..., T], *args: Any) -> T | None:

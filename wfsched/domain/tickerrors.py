@@ -32,6 +32,7 @@ from typing import Any
 from wfsched.domain.timeutil import format_event
 
 PHASES = (  # the names the supervisor's phases are counted under
+    "leadership",
     "ingestion",
     "requests",
     "launch",
