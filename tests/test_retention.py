@@ -493,3 +493,25 @@ def test_automatic_retention_prunes_answered_requests(built: Builder) -> None:
     assert table_rows(built.root, "requests") == []
     pruned = [fields["requests"] for event, fields in events if event == "pruned"]
     assert sum(pruned) == 1  # type: ignore[arg-type]
+
+
+def test_answered_requests_age_out_on_both_backends(built_any: Builder) -> None:
+    """The same rule through the store interface, PostgreSQL included."""
+    store = built_any.store
+    with store.atomic():
+        old_pending = store.insert_request("trigger", T0 + 10, schedule_id="a")
+        old_done = store.insert_request("cancel", T0 + 20, run_seq=3)
+        store.finish_request(old_done, "refused", "no such run", T0 + 21)
+        recent = store.insert_request("trigger", NOW - DAY, schedule_id="b")
+        store.finish_request(recent, "done", "run-000010", NOW - DAY + 1)
+    assert prune(store, BOUND, NOW, dry_run=True).requests >= 1
+    assert store.get_request(old_done) is not None
+    report = prune(store, BOUND, NOW)
+    assert report.requests >= 1  # the builder's own old trigger goes too
+    assert store.get_request(old_done) is None
+    assert store.get_request(recent) is not None
+    assert store.get_request(old_pending) is not None
+    prune(store, 0, NOW + 10)
+    assert store.get_request(recent) is None
+    pending = store.get_request(old_pending)
+    assert pending is not None and pending.state == "pending"
