@@ -611,16 +611,35 @@ def test_docs_say_local_is_the_schedules_zone() -> None:
 
 
 def test_monitoring_section_names_what_to_alert_on() -> None:
+    """Both sources: every `status --json` field the section names exists,
+    and every alert rule and metric it names is one monitoring.md ships."""
     text = _docs_text("operations.md")
     section = text.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
     from wfsched.api.status import status_without_store
 
-    for name in ("running", "stale"):
-        assert f".supervisor.{name}" in section
-    for name in ("blocked", "preflight_rejected", "errors", "interrupted"):
-        assert name in status_without_store(ROOT)
-        assert f".{name}" in section, name
+    shape = status_without_store(str(ROOT), kind="postgresql")
+    for name in ("running", "stale", "fault"):
+        assert name in shape["supervisor"] and f".supervisor.{name}" in section, name
+    for name in ("blocked", "preflight_rejected", "errors", "interrupted", "launcher"):
+        assert name in shape and f".{name}" in section, name
+    for name in ("leader", "hosts", "warnings"):  # the PostgreSQL store's
+        assert name in shape and f".{name}" in section, name
+    for name in ("total", "last", "by_phase", "fault_episodes"):
+        assert name in shape["errors"] and f".errors.{name}" in section, name
+    from wfsched.api.status import _launcher
+
+    launcher = _launcher({"launcher_state": "down", "launcher_since": None, "launcher_error": "x"})
+    assert launcher is not None
+    assert "state" in launcher and ".launcher.state" in section
+    assert "last_error" in launcher and ".launcher.last_error" in section
     assert "wfsched audit" in section and "exit" in section
+    rules = _docs_text("monitoring.md")
+    named_rules = set(re.findall(r"`(Wfsched[A-Za-z]+)`", section))
+    shipped = set(re.findall(r"- alert: (Wfsched[A-Za-z]+)", rules))
+    assert named_rules and named_rules <= shipped, named_rules - shipped
+    assert shipped <= named_rules, f"alert rules the section does not map: {shipped - named_rules}"
+    for metric in set(re.findall(r"`(wfsched_[a-z_]+)", section)):
+        assert f"| `{metric}` |" in rules, metric
 
 
 def test_the_architecture_map_names_every_module() -> None:
