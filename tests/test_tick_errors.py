@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -462,41 +462,63 @@ def test_a_store_error_in_the_quiet_check_is_contained(
     assert h.run_ids() == ["run-000001"]
 
 
+class PgLeader:
+    """A PostgreSQL store and a supervisor holding the real lease (no lease
+    thread: the test ticks), for the phases only a leader with a lease runs."""
+
+    def __init__(self, tmp_path: Path, pg_url: str) -> None:
+        import os
+        import time
+        from dataclasses import replace
+
+        from wfsched.daemon.leadership import Leadership
+        from wfsched.store.location import resolve_store
+        from wfsched.store.postgres import PostgresStore
+
+        (tmp_path / "local").mkdir()
+        self.store = PostgresStore(replace(resolve_store(pg_url), local_dir=tmp_path / "local"))
+        self.h = Harness(self.store)
+        self.h.define("a", cron="0 * * * *")
+        self.channel = self.store.lease_channel("here", os.getpid())
+        self.leadership = Leadership(self.channel, 30.0, 1.0)
+        epoch = self.channel.take(30.0)
+        assert epoch is not None
+        self.leadership._set(epoch, time.monotonic())
+        self.h.supervisor = Supervisor(
+            self.store,
+            SupervisorConfig(host="here"),
+            self.h.control,
+            clock=self.h.clock,
+            log=lambda event, **fields: self.h.events.append((event, fields)),
+            leadership=self.leadership,
+        )
+
+    def close(self) -> None:
+        self.channel.close()
+        self.leadership.close()
+        self.store.close()
+
+
+@pytest.fixture
+def pg_leader(tmp_path: Path, pg_url: str) -> Iterator[PgLeader]:
+    leader = PgLeader(tmp_path, pg_url)
+    try:
+        yield leader
+    finally:
+        leader.close()
+
+
 def test_a_store_error_taking_up_leadership_is_contained_and_retried(
-    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_leader: PgLeader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lease is won at 08:59:55, then the first writes as leader fail
     until 09:00:10: the supervisor stays standby meanwhile (it admits
     nothing), counts the errors, and leads once they pass, not as a handover
     (it took over from nobody). 09:00 fell due while it held the lease, so it
     is judged by lateness (10 s late, 60 s allowed: it runs), not missed."""
-    import os
-    import time
-    from dataclasses import replace
-
     import psycopg
 
-    from wfsched.daemon.leadership import Leadership
-    from wfsched.store.location import resolve_store
-    from wfsched.store.postgres import PostgresStore
-
-    (tmp_path / "local").mkdir()
-    store = PostgresStore(replace(resolve_store(pg_url), local_dir=tmp_path / "local"))
-    h = Harness(store)
-    h.define("a", cron="0 * * * *")
-    channel = store.lease_channel("here", os.getpid())
-    leadership = Leadership(channel, 30.0, 1.0)
-    epoch = channel.take(30.0)
-    assert epoch is not None
-    leadership._set(epoch, time.monotonic())
-    h.supervisor = Supervisor(
-        store,
-        SupervisorConfig(host="here"),
-        h.control,
-        clock=h.clock,
-        log=lambda event, **fields: h.events.append((event, fields)),
-        leadership=leadership,
-    )
+    h, store = pg_leader.h, pg_leader.store
     real = store.set_idle_limit
     left = [2]
 
@@ -507,23 +529,71 @@ def test_a_store_error_taking_up_leadership_is_contained_and_retried(
         real(seconds)
 
     monkeypatch.setattr(store, "set_idle_limit", failing)
+    h.tick_at(T0 - 5)
+    assert not h.supervisor.leading and h.run_ids() == []
+    assert h.supervisor.errors.counts == {"leadership": 1}
+    assert [f["phase"] for f in tick_errors(h)] == ["leadership"]
+    assert events(h, "standby")[-1]["reason"].startswith("could not take up leadership")
+    h.tick_at(T0 + 5)
+    assert not h.supervisor.leading and h.run_ids() == []
+    h.tick_at(T0 + 10)
+    assert h.supervisor.leading and h.supervisor.errors.counts == {"leadership": 2}
+    assert [f["handover"] for f in events(h, "leading")] == [False, False, False]
+    assert h.history("a") == [(iso(T0), "running", None)]
+    assert h.run_ids() == ["run-000001"]
+    h.control.finish("run-000001")
+    h.tick_at(T0 + 3600 + 300)  # 5 minutes late, the store fine: the plain reason
+    assert h.history("a")[1:] == [(iso(T0 + 3600), "skipped-misfire", "late")]
+
+
+def test_a_store_error_checking_for_lost_hosts_is_contained_and_retried(
+    pg_leader: PgLeader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    h, store = pg_leader.h, pg_leader.store
+    real = store.runs_on_lost_hosts
+    calls: list[float] = []
+
+    def failing(host_timeout: float) -> Any:
+        calls.append(h.clock())
+        if len(calls) == 1:
+            raise psycopg.OperationalError("could not receive data from server")
+        return real(host_timeout)
+
+    monkeypatch.setattr(store, "runs_on_lost_hosts", failing)
+    h.tick_at(T0 - 5)
+    assert h.supervisor.leading
+    assert h.supervisor.errors.counts == {"hosts": 1}
+    assert tick_errors(h) == [{"phase": "hosts", "reason": "could not receive data from server"}]
+    h.tick_at(T0)  # the other phases went on; the check is tried again
+    assert h.run_ids() == ["run-000001"]
+    assert calls == [T0 - 5, T0] and h.supervisor.errors.counts == {"hosts": 1}
+
+
+def test_a_failing_metrics_publication_does_not_end_the_loop(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve() publishes the metrics snapshot after each tick; an error
+    there (a bug in an observer) is the metrics phase's, not the loop's:
+    the loop ticks again after it."""
+    import signal
+
+    h.supervisor = h.new_supervisor()
+    published: list[float | None] = []
+
+    def broken(seconds: float | None) -> None:
+        published.append(seconds)
+        if len(published) >= 3:
+            h.supervisor.stop_requested = True
+        raise ValueError("histogram bucket out of order")
+
+    monkeypatch.setattr(h.supervisor.observer, "ticked", broken)
+    monkeypatch.setattr(h.supervisor, "_sleep_seconds", lambda: (0.0, False))
     try:
-        h.tick_at(T0 - 5)
-        assert not h.supervisor.leading and h.run_ids() == []
-        assert h.supervisor.errors.counts == {"leadership": 1}
-        assert [f["phase"] for f in tick_errors(h)] == ["leadership"]
-        assert events(h, "standby")[-1]["reason"].startswith("could not take up leadership")
-        h.tick_at(T0 + 5)
-        assert not h.supervisor.leading and h.run_ids() == []
-        h.tick_at(T0 + 10)
-        assert h.supervisor.leading and h.supervisor.errors.counts == {"leadership": 2}
-        assert [f["handover"] for f in events(h, "leading")] == [False, False, False]
-        assert h.history("a") == [(iso(T0), "running", None)]
-        assert h.run_ids() == ["run-000001"]
-        h.control.finish("run-000001")
-        h.tick_at(T0 + 3600 + 300)  # 5 minutes late, the store fine: the plain reason
-        assert h.history("a")[1:] == [(iso(T0 + 3600), "skipped-misfire", "late")]
+        h.supervisor.serve()
     finally:
-        channel.close()
-        leadership.close()
-        store.close()
+        signal.set_wakeup_fd(-1)
+    assert len(published) >= 3 and h.supervisor.errors.counts["metrics"] == len(published)
+    assert [f["phase"] for f in tick_errors(h)] == ["metrics"]  # logged once a minute
+    assert [event for event, _ in h.events][-2:] == ["draining", "drained"]
