@@ -156,6 +156,25 @@ def test_reads_of_one_id_on_a_missing_store_are_not_found(
     assert not store_path.exists()
 
 
+def test_reads_of_a_database_without_a_store_answer_as_an_empty_store(
+    run_cli: CliRun, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PostgreSQL store: a database with no wfsched schema yet reads as an
+    empty store, one id is not found, and no read creates the schema."""
+    from wfsched.store import open_location
+    from wfsched.store.location import resolve_store
+
+    monkeypatch.setenv("WFSCHED_STORE", pg_url)
+    for args in (("runs", "--json"), ("audit", "--json"), ("status", "--json"), ("list",)):
+        code, out, err = run_cli(*args)
+        assert code == 0 and err.count("\n") == 1 and MISSING_NOTE in err, (args, err)
+    assert json.loads(run_cli("audit", "--json")[1])["ok"] is True
+    for args in (("get", "x"), ("runs", "show", "run-000001"), ("occurrences", "x")):
+        code, out, err = run_cli(*args)
+        assert (code, out) == (3, "") and MISSING_NOTE in err, args
+    assert open_location(resolve_store(pg_url), create=False) is None
+
+
 # ------------------------------------------------------- durations on flags
 
 
