@@ -165,8 +165,9 @@ def audit(store: Store, host: str | None = None) -> dict[str, Any]:
             _check_admissions(store, add)
             schedules = store.list_schedules(include_deleted=True)
             history = store.revision_history()
+            calendars = _Calendars()
             for row in schedules:
-                _check_ledger(row, history.get(row.id, []), store, add, note)
+                _check_ledger(row, history.get(row.id, []), store, calendars, add, note)
             _check_ledger_order(store, add)
             _check_watermarks(schedules, store.ledger_high_marks(), add)
             _check_runs(store, add, host)
@@ -296,25 +297,60 @@ def _run_list(seqs: list[int]) -> str:
 # ------------------------------------------------------------------ ledger
 
 
+_MEMO_CAP = 1 << 16
+"""Answers one audit calendar keeps per direction before starting afresh."""
+
+
 class _Ended:
-    """The calendar with exhaustion meaning "no further instant"."""
+    """The calendar with exhaustion meaning "no further instant", its answers
+    remembered for the whole audit.
+
+    One `_Ended` serves every revision with the same trigger (`_Calendars`),
+    and schedules sharing an expression and zone ask the same questions (the
+    instant after each of their rows): each is asked of the calendar once. A
+    calendar is a pure function of the instant asked about, so a remembered
+    answer is the answer; errors are not remembered (asked again, raised
+    again).
+    """
 
     def __init__(self, cal: Any) -> None:
         self.cal = cal
+        self._next: dict[int, int | None] = {}
+        self._prev: dict[int, int | None] = {}
 
     def next_after_epoch(self, t: int) -> int | None:
-        try:
-            answer: int | None = ask(self.cal.next_after_epoch, t)
-        except CalendarExhausted:
-            return None
-        return answer
+        return self._answer(self._next, self.cal.next_after_epoch, t)
 
     def prev_before_epoch(self, t: int) -> int | None:
+        return self._answer(self._prev, self.cal.prev_before_epoch, t)
+
+    @staticmethod
+    def _answer(
+        memo: dict[int, int | None], query: Callable[[int], int | None], t: int
+    ) -> int | None:
+        if t in memo:
+            return memo[t]
         try:
-            answer: int | None = ask(self.cal.prev_before_epoch, t)
+            answer: int | None = ask(query, t)
         except CalendarExhausted:
-            return None
+            answer = None
+        if len(memo) >= _MEMO_CAP:
+            memo.clear()
+        memo[t] = answer
         return answer
+
+
+class _Calendars:
+    """One `_Ended` per trigger for the length of one audit."""
+
+    def __init__(self) -> None:
+        self._by_trigger: dict[object, _Ended] = {}
+
+    def get(self, trigger: Any) -> _Ended:
+        cal = self._by_trigger.get(trigger)
+        if cal is None:
+            cal = self._by_trigger[trigger] = _Ended(calendar_for(trigger))
+        return cal
 
 
 @dataclass(frozen=True)
@@ -331,6 +367,7 @@ def _segments(
     row: ScheduleRow,
     history: list[RevisionRow],
     decided: dict[int, int],
+    calendars: _Calendars,
     add: Add,
     note: Callable[[str, str], None],
 ) -> list[_Segment]:
@@ -354,7 +391,7 @@ def _segments(
         try:
             document = json.loads(revision.definition)
             defn = definition_from_document(document, f"store:{row.id}", stored=True)
-            cal: _Ended | None = _Ended(calendar_for(defn.trigger))
+            cal: _Ended | None = calendars.get(defn.trigger)
         except ZoneUnavailable as exc:
             note(row.id, f"revision {revision.revision}: ledger not checked: {exc}")
             cal = None
@@ -376,6 +413,23 @@ def _segments(
         through = starts[index + 1][2] if index + 1 < len(starts) else math.inf
         segments.append(_Segment(number, after, through, cal))
     return segments
+
+
+def _none_between(segments: list[_Segment], after: int, through: int) -> bool:
+    """Whether no revision owns a calendar instant in (after, through]: what
+    `_missing` answers None for, asked once per segment instead of through
+    `span_between` (the audit asks it between every two ledger rows). Any
+    doubt (an answer that does not advance) is False: `_missing` decides,
+    and reports the regression."""
+    for segment in segments:
+        low = max(after, segment.after)
+        high = min(through, segment.through)
+        if segment.cal is None or low >= high:
+            continue
+        following = segment.cal.next_after_epoch(low)
+        if following is not None and (following <= low or following <= high):
+            return False
+    return True
 
 
 def _missing(segments: list[_Segment], after: int, through: int) -> Span | None:
@@ -417,15 +471,19 @@ def _check_ledger(
     row: ScheduleRow,
     history: list[RevisionRow],
     store: Store,
+    calendars: _Calendars,
     add: Add,
     note: Callable[[str, str], None],
 ) -> None:
-    segments = _segments(row, history, store.ledger_high_marks_by_revision(row.id), add, note)
+    decided = store.ledger_high_marks_by_revision(row.id)
+    segments = _segments(row, history, decided, calendars, add, note)
     by_revision = {segment.revision: segment.cal for segment in segments}
     end = row.consumed_through
     cursor = segments[0].after
 
     def gap(after: int, through: int) -> None:
+        if _none_between(segments, after, through):
+            return
         span = _missing(segments, after, through)
         if span is None:
             return
