@@ -16,10 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_calendar import POOL, ZONES, instants
+from wfsched.api import audit_checks
 from wfsched.api.admin import Admin
 from wfsched.api.audit_checks import _Ended, _missing, _none_between, _Segment, audit
 from wfsched.domain.calendar import CronCalendar, cron_calendar
@@ -124,10 +126,18 @@ def _fold_repeat() -> int:
     return repeats[0]
 
 
+@pytest.mark.parametrize("batch_rows", [50_000, 25, 5])
 def test_an_audit_of_schedules_sharing_a_calendar_names_every_gap(
-    make_store: Callable[[Path], Store], tmp_path: Path
+    make_store: Callable[[Path], Store],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    batch_rows: int,
 ) -> None:
-    """s1, s3, s5, d2 and n1 are whole (clean); s2, s4 and d1 each miss one row."""
+    """s1, s3, s5, d2 and n1 are whole (clean); s2, s4 and d1 each miss one row.
+
+    Ledgers are read in batches of schedules: all at once, two or three
+    schedules at a time, and each alone (streamed, more rows than a batch)."""
+    monkeypatch.setattr(audit_checks, "_LEDGER_BATCH_ROWS", batch_rows)
     repeat = _fold_repeat()
     middle = _instants("30 * * * *")[3]
     d1 = _instants(OWN["d1"])
@@ -137,6 +147,10 @@ def test_an_audit_of_schedules_sharing_a_calendar_names_every_gap(
         # s1 and s3 ask the calendar about `middle` and `repeat` before s2
         # and s4 (and s5 after): the remembered answers must not hide them.
         _seed(store, drop)
+        streamed: list[str] = []
+        if batch_rows == 50_000:
+            # One batch: no schedule's ledger is read on its own.
+            monkeypatch.setattr(store, "ledger_rows", streamed.append)
         report = audit(store)
     finally:
         store.close()
