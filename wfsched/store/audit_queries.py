@@ -170,13 +170,13 @@ class AuditQueries(Connected):
         ledgers: dict[str, list[LedgerRow]] = {}
         for chunk in chunked(schedule_ids):
             marks = ",".join("?" for _ in chunk)
-            cursor = self._execute(
+            rows = self._execute(
                 "SELECT schedule_id, seq, scheduled_at, last_at, count, summary, state, revision"
                 f" FROM occurrences WHERE schedule_id IN ({marks})"
                 " ORDER BY schedule_id, scheduled_at, seq",
                 chunk,
-            )
-            for schedule_id, seq, at, last, count, summary, state, revision in cursor:
+            ).fetchall()  # in one call: psycopg converts row by row when iterated
+            for schedule_id, seq, at, last, count, summary, state, revision in rows:
                 ledgers.setdefault(schedule_id, []).append(
                     LedgerRow(seq, at, last, count, bool(summary), state, revision)
                 )
