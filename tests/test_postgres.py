@@ -146,6 +146,24 @@ def test_a_newer_schema_is_refused(pg_url: str, tmp_path: Path) -> None:
     assert "schema version 99 is newer than this wfsched understands" in result.stderr
 
 
+def test_opening_a_store_reads_its_schema_version_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command opens the store: the version check is two round trips,
+    made once (it was made twice, by the no-schema check and the migration)."""
+    PostgresStore(resolve_store(pg_url)).close()
+    reads: list[int] = []
+    stored = PostgresStore.schema_version
+
+    def counted(store: PostgresStore) -> int:
+        reads.append(1)
+        return stored.fget(store)  # type: ignore[attr-defined,no-any-return]
+
+    monkeypatch.setattr(PostgresStore, "schema_version", property(counted))
+    PostgresStore(resolve_store(pg_url), create=False).close()
+    assert len(reads) == 1
+
+
 def test_audit_reports_a_dropped_constraint_of_the_schema(pg_url: str) -> None:
     PostgresStore(resolve_store(pg_url)).close()
     assert wfsched(pg_url, "audit").returncode == 0

@@ -8,7 +8,7 @@ grouping (duplicates, orphans) so the Python side never holds a whole table.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from wfsched.errors import StoreError
@@ -156,6 +156,32 @@ class AuditQueries(Connected):
         for seq, at, last, count, summary, state, revision in cursor:
             yield LedgerRow(seq, at, last, count, bool(summary), state, revision)
 
+    def ledger_row_counts(self) -> dict[str, int]:
+        """schedule id -> its number of ledger rows (how the audit sizes the
+        batches it reads ledgers in)."""
+        rows = self._execute("SELECT schedule_id, COUNT(*) FROM occurrences GROUP BY schedule_id")
+        return {schedule_id: int(count) for schedule_id, count in rows}
+
+    def ledgers_of(self, schedule_ids: Sequence[str]) -> dict[str, list[LedgerRow]]:
+        """The ledgers of several schedules, each in instant order as `ledger_rows`
+        streams one: a statement per IN-list chunk instead of one per schedule (on
+        a database server each is a round trip). Held in memory: the caller
+        bounds the rows it asks for."""
+        ledgers: dict[str, list[LedgerRow]] = {}
+        for chunk in chunked(schedule_ids):
+            marks = ",".join("?" for _ in chunk)
+            rows = self._execute(
+                "SELECT schedule_id, seq, scheduled_at, last_at, count, summary, state, revision"
+                f" FROM occurrences WHERE schedule_id IN ({marks})"
+                " ORDER BY schedule_id, scheduled_at, seq",
+                chunk,
+            ).fetchall()  # in one call: psycopg converts row by row when iterated
+            for schedule_id, seq, at, last, count, summary, state, revision in rows:
+                ledgers.setdefault(schedule_id, []).append(
+                    LedgerRow(seq, at, last, count, bool(summary), state, revision)
+                )
+        return ledgers
+
     def misplaced_ledger_rows(self) -> list[tuple[str, int, int, int | None]]:
         """(schedule id, seq, instant, position) of occurrence rows with no
         ledger position, or with one beyond the last row ever recorded: a
@@ -185,6 +211,23 @@ class AuditQueries(Connected):
             (schedule_id,),
         )
         return {revision: int(high) for revision, high in rows}
+
+    def ledger_high_marks_by_revision_of(
+        self, schedule_ids: Sequence[str]
+    ) -> dict[str, dict[int, int]]:
+        """`ledger_high_marks_by_revision` of several schedules, a statement per
+        IN-list chunk."""
+        highs: dict[str, dict[int, int]] = {}
+        for chunk in chunked(schedule_ids):
+            marks = ",".join("?" for _ in chunk)
+            rows = self._execute(
+                "SELECT schedule_id, revision, MAX(COALESCE(last_at, scheduled_at))"
+                f" FROM occurrences WHERE schedule_id IN ({marks}) GROUP BY schedule_id, revision",
+                chunk,
+            )
+            for schedule_id, revision, high in rows:
+                highs.setdefault(schedule_id, {})[revision] = int(high)
+        return highs
 
     # -- runs and attempts -------------------------------------------------------------
 

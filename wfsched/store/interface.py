@@ -405,6 +405,21 @@ class Store(Protocol):
         """The schedule's ledger in instant order, streamed (an index walk)."""
         ...
 
+    def ledger_row_counts(self) -> dict[str, int]:
+        """schedule id -> its number of ledger rows."""
+        ...
+
+    def ledgers_of(self, schedule_ids: Sequence[str]) -> dict[str, list[LedgerRow]]:
+        """The ledgers of several schedules, each in instant order, a statement per
+        IN-list chunk (the caller bounds the rows it asks for)."""
+        ...
+
+    def ledger_high_marks_by_revision_of(
+        self, schedule_ids: Sequence[str]
+    ) -> dict[str, dict[int, int]]:
+        """`ledger_high_marks_by_revision` of several schedules at once."""
+        ...
+
     def misplaced_ledger_rows(self) -> list[tuple[str, int, int, int | None]]:
         """(schedule id, seq, instant, position) of occurrence rows with no ledger position, or
         with one beyond the last row ever recorded: a row written later would be placed behind

@@ -104,9 +104,10 @@ class PostgresStore(SQLiteStore):
         self._idle_limit: float | None = None
         self._conn = self._connect()
         try:
-            if not create and self.schema_version == 0:
+            version = self.schema_version
+            if not create and version == 0:
                 raise NoStore(f"no store at {self.display} (the database holds no wfsched schema)")
-            self._migrate()
+            self._migrate(version)
             if create:
                 # This host's side of the store, private like a SQLite store's directory.
                 self.runs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -317,12 +318,15 @@ class PostgresStore(SQLiteStore):
             return 0
         return int(self._execute(self.dialect.get_schema_version()).fetchone()[0])
 
-    def _migrate(self) -> None:
+    def _migrate(self, version: int | None = None) -> None:
         """Every migration above the stored version, with its version, in one
-        transaction under the write lock (two first opens cannot both migrate)."""
+        transaction under the write lock (two first opens cannot both migrate).
+        `version` is the stored one when the caller has just read it (a read
+        is two round trips, and every command opens a store)."""
         migrations = sorted(self.dialect.migrations)
         latest = migrations[-1][0]
-        version = self.schema_version
+        if version is None:
+            version = self.schema_version
         if version > latest:
             raise StoreError(
                 f"{self.display}: schema version {version} is newer than this wfsched"
