@@ -125,16 +125,18 @@ def test_a_server_down_for_a_while_is_an_episode_and_late_instants_are_store_una
     scrape = metrics_url(daemon)
     stopped = False
     try:
+        apply(pg_url, tmp_path / "defs", {"long": one_shot(utc_in(1), "sleep 2.202; exit 5")})
+        wait_for(lambda: "started run=run-000001" in daemon.text(), what="long to start")
+        # Made due a few seconds after the server goes down, counted from now:
+        # however late `long` started on a busy host, both fall in the outage.
         apply(
             pg_url,
             tmp_path / "defs",
             {
-                "long": one_shot(utc_in(1), "sleep 2.202; exit 5"),
                 "t1": one_shot(utc_in(4), "echo one"),
                 "late": one_shot(utc_in(4), "echo late", '[policy]\nlateness = "1s"\n'),
             },
         )
-        wait_for(lambda: "started run=run-000001" in daemon.text(), what="long to start")
         pg_server.shut_down()
         stopped = True
         wait_for(lambda: events(daemon, "fault"), timeout=20, what="the fault line")
