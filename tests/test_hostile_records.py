@@ -428,6 +428,33 @@ def test_a_launcher_that_cannot_be_replaced_is_retried_and_runs_wait(lh: Harness
     assert lh.runs.show("run-000001")["state"] == "running"
 
 
+def test_exits_are_recorded_while_no_launcher_can_be_started(lh: Harness) -> None:
+    """The keeper dies with two runs in flight and every replacement dies
+    while it starts: the supervisor still records how both ended, one from
+    the exit record that reached the disk, the other (no record, nothing of
+    it left) as abandoned, without waiting for a launcher."""
+    control: LosingControl = lh.control  # type: ignore[assignment]
+    lh.define("a", cron="0 * * * *")
+    lh.define("b", cron="0 * * * *")
+    lh.tick_at(T0)
+    assert sorted(starts(lh)) == ["run-000001", "run-000002"]
+    control.dead = True
+    control.failing_starts = 1000
+    lh.tick_at(T0 + 1)  # the loss is noticed; no replacement comes up
+    assert not lh.supervisor.launcher.up
+    assert lh.store.get_meta("launcher_state") == "down"
+    assert [lh.runs.show(f"run-00000{n}")["state"] for n in (1, 2)] == ["running", "running"]
+    control.finish("run-000001", exit_code=0, report=False)  # its record made it to disk
+    _, lost = control.spec("run-000002")
+    control.alive_pids.discard(lost.pid)  # gone with its keeper, no record
+    lh.tick_at(T0 + 2)
+    assert not lh.supervisor.launcher.up
+    assert lh.runs.show("run-000001")["state"] == "completed"
+    run = lh.runs.show("run-000002")
+    assert (run["state"], run["reason"]) == ("failed", ABANDONED)
+    assert len(control.spawned) == 2
+
+
 def test_hooks_in_flight_are_still_reported_after_a_launcher_replacement(tmp_path: Path) -> None:
     h = Harness(tmp_path / "store", on_failure=("notify-me",))
     h.define("a", cron="0 * * * *")
