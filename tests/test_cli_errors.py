@@ -4,6 +4,7 @@ traceback, and nothing written (DESIGN sections 2, 7 and 9)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -332,3 +333,31 @@ def test_console_script_exit_codes_and_no_traceback(
     assert stale.returncode == 4
     assert_one_line_error(stale.stderr, "stale revision 9")
     assert json.loads(run("get", "fine", "--json").stdout)["revision"] == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "needles"),
+    [
+        ("", ("supervise", "--drain-grace", "3651d"), ["--drain-grace", "(3650d, ten years)"]),
+        ('drain_grace = "3651d"\n', ("supervise",), ["config.toml: drain_grace: ", "too long"]),
+        ("retention = 315360001\n", ("supervise",), ["config.toml: retention: ", "too long"]),
+        ("", ("prune", "--older-than", "9999999999d"), ["--older-than", "(3650d, ten years)"]),
+    ],
+    ids=["drain-grace-flag", "drain-grace-config", "retention-config", "prune-older-than"],
+)
+def test_operator_durations_beyond_ten_years_are_one_line_exit_2_and_write_nothing(
+    tmp_path: Path, config: str, args: tuple[str, ...], needles: list[str]
+) -> None:
+    """The real program (a subprocess: a `supervise` that wrongly started
+    would be stopped by the timeout, not hang the test session)."""
+    from tests.daemon import wfsched
+
+    store = tmp_path / "store"
+    if config:
+        store.mkdir()
+        (store / "config.toml").write_text(config)
+    before = sorted(os.listdir(store)) if store.exists() else None
+    result = wfsched(store, *args)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert_one_line_error(result.stderr, "too long", *needles)
+    assert (sorted(os.listdir(store)) if store.exists() else None) == before
