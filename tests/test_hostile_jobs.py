@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -177,6 +179,33 @@ def test_a_stop_while_the_supervisor_starts_is_a_clean_exit(store: Path, moment:
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.text()
     assert "Traceback" not in daemon.text() and "Error" not in daemon.text()
+
+
+def test_a_stop_while_the_cli_is_still_imported_is_a_clean_exit(
+    store: Path, tmp_path: Path
+) -> None:
+    """SIGTERM exactly while `wfsched supervise` imports its CLI (the longest
+    part of its start, long before the supervisor's own handlers exist): the
+    entry point's early handler catches it, and the supervisor, once up,
+    exits at once, 0 and quiet. Without that handler the signal kills it."""
+    script = tmp_path / "stop_during_import.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "class StopDuringImport:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'wfsched.cli.main':\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, StopDuringImport())\n"
+        f"sys.argv = ['wfsched', '--store', {str(store)!r}, 'supervise']\n"
+        "from wfsched.entry import main\n"
+        "main()\n"
+    )
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+        )
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
 def test_the_supervisor_outlives_launchers_killed_while_they_start(
