@@ -218,6 +218,23 @@ def test_timeout_escalates_to_sigkill_after_grace(launcher: Launcher, tmp_path: 
     assert live_group_members(int((tmp_path / "pgid").read_text())) == []
 
 
+def test_a_timeout_beyond_poll_range_never_stops_the_keeper(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A timeout and kill_grace of ages (a shim once died of OverflowError in
+    its poll, leaving its job running): the keeper waits them out in pieces,
+    keeps serving other runs, and still ends the job when asked."""
+    ages = 10**12  # seconds: far beyond poll()'s milliseconds in a C int
+    long = make_spec(tmp_path / "long", ("sleep", "30"), timeout=ages, kill_grace=ages)
+    handle = launcher.spawn(long)
+    short = make_spec(tmp_path / "short", ("true",))
+    launcher.spawn(short)
+    assert wait_exit(short).outcome == "exited"
+    assert launcher.alive(handle)
+    assert launcher.cancel(handle)
+    assert wait_exit(long).outcome == "cancelled"
+
+
 def test_cancel_terminates_the_group(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(
         tmp_path, ("sh", "-c", f"echo $$ > pgid; sleep 30 & echo $! > child; {WAIT_FOR_GO}")
