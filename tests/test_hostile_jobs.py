@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon import Daemon, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
 from wfsched.daemon.supervisor import ABANDONED
 
 
@@ -131,24 +131,38 @@ def test_killing_only_the_shim_terminates_the_job_before_the_run_is_recorded(
         store,
         tmp_path,
         "stubborn",
-        '[trigger]\ncron = "0 0 1 1 *"\n[run]\n'
-        f'command = ["sh", "-c", "{script}"]\nkill_grace = "2s"\n[policy]\noverlap = "skip"\n',
+        # A scheduled run (due at once): the overlap slot it holds is what
+        # would stop the schedule's next instant from starting a second copy.
+        f'[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+        f'command = ["sh", "-c", "{script}"]\nkill_grace = "2s"\n'
+        '[policy]\noverlap = "skip"\nmisfire = "latest"\nlateness = "1h"\n',
     )
     daemon = Daemon(store)
     try:
         daemon.wait_started()
-        assert wfsched(store, "trigger", "stubborn").returncode == 0
         job = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="job"))
         shim = parent(job)
         assert shim is not None
         os.kill(shim, signal.SIGKILL)
         killed_at = time.monotonic()
-        wait_for(lambda: "terminating" in daemon.text(), what="the termination to start")
+        try:
+            wait_for(
+                lambda: "terminating" in daemon.text(), timeout=30, what="the termination to start"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; parent {shim}\n{daemon.text()}") from None
         # The job outlives its SIGTERM for kill_grace, and the run stays
         # running while any of it is alive: once it shows failed, the job is gone.
-        while (run := show(store, "run-000001"))["state"] == "running":
-            assert time.monotonic() - killed_at < 20, "the run was never recorded"
+        while True:
+            # Read before the run: if the run is still running after it, it
+            # was running when its overlap slot was counted.
+            active = wfsched_json(store, "get", "stubborn")["active_runs"]
+            if (run := show(store, "run-000001"))["state"] != "running":
+                break
+            assert active == 1, "the run lost its overlap slot while its job ran"
+            assert time.monotonic() - killed_at < 40, "the run was never recorded"
             time.sleep(0.05)
+        assert wfsched_json(store, "get", "stubborn")["active_runs"] == 0
         assert run["state"] == "failed"
         assert not alive(job), "recorded while its job still ran"
         assert time.monotonic() - killed_at >= 1.5  # SIGKILL came only after the grace
