@@ -429,7 +429,19 @@ KEEPER_KILLED = {
 def test_keeper_killed_at_each_boundary_never_runs_the_job_twice(
     tmp_path: Path, point: str
 ) -> None:
-    store = tmp_path / "store"
+    check_keeper_killed(tmp_path / "store", tmp_path, point)
+
+
+@pytest.mark.parametrize(
+    "point", ["keeper-before-started", "keeper-after-spawn", "keeper-after-exit-record"]
+)
+def test_keeper_killed_at_boundaries_on_postgresql(tmp_path: Path, pg_url: str, point: str) -> None:
+    """The keeper is per host whatever the store; what its death leaves is
+    settled and recorded through the PostgreSQL store the same way."""
+    check_keeper_killed(pg_url, tmp_path, point)
+
+
+def check_keeper_killed(store: StoreName, tmp_path: Path, point: str) -> None:
     ledger = tmp_path / "ledger"
     define_one_shot(store, tmp_path, ledger)
     daemon = Daemon(store, env={"WFSCHED_FAULT": point})
