@@ -157,9 +157,7 @@ def test_invalid_definition_is_one_line_exit_2_and_writes_nothing(
     assert code == 2
     assert out == ""
     assert_one_line_error(err, f"{path}: ", *needles)
-    assert schedule_ids(store_path) == []
-    if command in ("validate", "create"):
-        assert not store_path.exists()
+    assert not store_path.exists()  # not even an empty store
 
 
 @pytest.mark.parametrize(
@@ -361,3 +359,21 @@ def test_operator_durations_beyond_ten_years_are_one_line_exit_2_and_write_nothi
     assert result.returncode == 2 and result.stdout == "", result.stderr
     assert_one_line_error(result.stderr, "too long", *needles)
     assert (sorted(os.listdir(store)) if store.exists() else None) == before
+
+
+def test_an_invalid_apply_creates_no_postgresql_schema(tmp_path: Path, pg_url: str) -> None:
+    import psycopg
+
+    from tests.daemon import wfsched
+
+    folder = tmp_path / "defs"
+    folder.mkdir()
+    (folder / "bad.toml").write_text(definition_text("bad", timezone="Factory"))
+    result = wfsched(pg_url, "apply", str(folder))
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert_one_line_error(result.stderr, "bad.toml: trigger.timezone: ")
+    with psycopg.connect(pg_url) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchall()
+    assert tables == []

@@ -159,15 +159,22 @@ class Admin(Reads):
         self.store.insert_revision(row.id, revision, definition, now, change.consumed_through)
 
     def apply(
-        self, paths: Sequence[str], *, prune: bool = False, dry_run: bool = False
+        self,
+        paths: Sequence[str],
+        *,
+        prune: bool = False,
+        dry_run: bool = False,
+        loaded: dict[str, tuple[Definition, str]] | None = None,
     ) -> list[ApplyAction]:
         """Make the store match the definitions under `paths` (files or folders).
 
         Every file is validated before anything is written; one transaction
         covers the whole apply, so it lands completely or not at all.
+        `loaded`: what `load_definitions(paths, ...)` returned, when the
+        caller validated them before opening (or creating) the store.
         """
         now = self.clock()
-        wanted = self._load_all(paths, int(now))
+        wanted = load_definitions(paths, int(now)) if loaded is None else loaded
         if prune and not wanted:
             raise UsageError(
                 f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
@@ -215,47 +222,6 @@ class Admin(Reads):
                         if not dry_run:
                             self._delete(row, now)
         return actions
-
-    def _load_all(self, paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
-        files: dict[Path, None] = {}  # ordered and de-duplicated by real path
-        real_dirs: dict[Path, Path] = {}
-        for given in paths:
-            path = Path(given)
-            if path.is_dir():
-                # Sorted by parts, as Path's own order (without its per-compare cost).
-                for found in sorted(path.rglob("*.toml"), key=lambda found: found.parts):
-                    # Hidden folders and files (.git, editor swap files) are not definitions.
-                    hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
-                    if not hidden:
-                        real = _real_file(found, real_dirs)
-                        if real is not None:
-                            files.setdefault(real, None)
-            elif path.exists():
-                files.setdefault(path.resolve(), None)
-            else:
-                raise UsageError(f"{given}: no such file or directory")
-        wanted: dict[str, tuple[Definition, str]] = {}
-        errors: list[DefinitionError] = []
-        for file in files:
-            try:
-                defn = load_definition_file(file, now=now)
-            except DefinitionError as exc:
-                errors.append(exc)
-                continue
-            if defn.id in wanted:
-                errors.append(
-                    DefinitionError(
-                        str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
-                    )
-                )
-                continue
-            wanted[defn.id] = (defn, str(file))
-        # Every invalid file is reported in one pass; nothing is written.
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            raise DefinitionErrors(errors, len(files), "; nothing was written")
-        return wanted
 
     # -- pause, resume, delete -------------------------------------------------------
 
@@ -473,3 +439,47 @@ def _real_file(found: Path, real_dirs: dict[Path, Path]) -> Path | None:
     if parent is None:
         parent = real_dirs[found.parent] = found.parent.resolve()
     return parent / found.name
+
+
+def load_definitions(paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
+    """The definitions under `paths` (files, folders of `*.toml`) by id, with
+    the file each came from; every invalid file reported in one error."""
+    files: dict[Path, None] = {}  # ordered and de-duplicated by real path
+    real_dirs: dict[Path, Path] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            # Sorted by parts, as Path's own order (without its per-compare cost).
+            for found in sorted(path.rglob("*.toml"), key=lambda found: found.parts):
+                # Hidden folders and files (.git, editor swap files) are not definitions.
+                hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
+                if not hidden:
+                    real = _real_file(found, real_dirs)
+                    if real is not None:
+                        files.setdefault(real, None)
+        elif path.exists():
+            files.setdefault(path.resolve(), None)
+        else:
+            raise UsageError(f"{given}: no such file or directory")
+    wanted: dict[str, tuple[Definition, str]] = {}
+    errors: list[DefinitionError] = []
+    for file in files:
+        try:
+            defn = load_definition_file(file, now=now)
+        except DefinitionError as exc:
+            errors.append(exc)
+            continue
+        if defn.id in wanted:
+            errors.append(
+                DefinitionError(
+                    str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
+                )
+            )
+            continue
+        wanted[defn.id] = (defn, str(file))
+    # Every invalid file is reported in one pass; nothing is written.
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise DefinitionErrors(errors, len(files), "; nothing was written")
+    return wanted

@@ -138,10 +138,17 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     or `update` since the schedule was last applied warns on stderr, naming
     both revisions (the folder wins).
     """
-    if dry_run and state.store(create=False) is None:
+    if state.store(create=False) is not None:
+        actions = state.admin().apply(paths, prune=prune, dry_run=dry_run)
+    elif dry_run:
         actions = _dry_run_against_empty_store(state, paths, prune)
     else:
-        actions = state.admin(create=True).apply(paths, prune=prune, dry_run=dry_run)
+        # No store yet: every file is validated before one is created, so an
+        # invalid folder leaves nothing behind.
+        from wfsched.api.admin import load_definitions
+
+        loaded = load_definitions(paths, int(state.clock()))
+        actions = state.admin(create=True).apply(paths, prune=prune, loaded=loaded)
     tally = {"created": 0, "updated": 0, "unchanged": 0, "deleted": 0}
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
