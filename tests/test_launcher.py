@@ -218,6 +218,41 @@ def test_timeout_escalates_to_sigkill_after_grace(launcher: Launcher, tmp_path: 
     assert live_group_members(int((tmp_path / "pgid").read_text())) == []
 
 
+def test_a_command_whose_keeper_died_before_naming_it_is_found_by_its_fingerprint(
+    tmp_path: Path,
+) -> None:
+    """The started record written before the spawn names the keeper; the
+    command (a session leader) is found by the run directory and attempt it
+    was started with, and only that command."""
+    from wfsched.process.launcher import launch_fingerprint
+
+    env = {"PATH": PATH, "WFSCHED_RUN_DIR": str(tmp_path / "run-000001"), "WFSCHED_ATTEMPT": "2"}
+    others = [
+        {**env, "WFSCHED_ATTEMPT": "1"},  # another attempt of the run
+        {**env, "WFSCHED_RUN_DIR": str(tmp_path / "run-000002")},  # another run
+    ]
+    procs = [
+        subprocess.Popen(["sleep", "30"], env=e, start_new_session=True) for e in [*others, env]
+    ]
+    record_dir = tmp_path / "records"
+    record_dir.mkdir()
+    fingerprint = launch_fingerprint(env)
+    try:
+        dead_keeper = {"pid": 2**22 + 1, "start_time": 1, "run_id": "run-000001", "attempt": 2}
+        (record_dir / "shim.json").write_text(json.dumps({**dead_keeper, "find": fingerprint}))
+        handle = read_shim_record(str(record_dir))
+        assert handle is not None and handle.pid == procs[-1].pid
+        procs[-1].kill()
+        procs[-1].wait()
+        # Nothing of it left: the record's own identity, as before.
+        assert read_shim_record(str(record_dir)) == ShimHandle(2**22 + 1, 1)
+        assert launch_fingerprint({"PATH": PATH}) is None  # a failure hook: nothing to find by
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_timeout_beyond_poll_range_never_stops_the_keeper(
     launcher: Launcher, tmp_path: Path
 ) -> None:
