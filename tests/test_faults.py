@@ -418,6 +418,7 @@ def test_an_error_after_the_attempt_mark_in_the_real_supervisor_settles_the_run(
 KEEPER_KILLED = {
     "keeper-before-started": ("completed", [1], None),
     "keeper-after-started": ("failed", [0], "external effects may already have happened"),
+    "keeper-after-fork": ("failed", [0, 1], "external effects may already have happened"),
     "keeper-after-spawn": ("failed", [0, 1], "external effects may already have happened"),
     "keeper-after-reply": ("failed", [0, 1], "external effects may already have happened"),
     "keeper-before-exit-record": ("failed", [1], "external effects may already have happened"),
@@ -429,7 +430,19 @@ KEEPER_KILLED = {
 def test_keeper_killed_at_each_boundary_never_runs_the_job_twice(
     tmp_path: Path, point: str
 ) -> None:
-    store = tmp_path / "store"
+    check_keeper_killed(tmp_path / "store", tmp_path, point)
+
+
+@pytest.mark.parametrize(
+    "point", ["keeper-before-started", "keeper-after-spawn", "keeper-after-exit-record"]
+)
+def test_keeper_killed_at_boundaries_on_postgresql(tmp_path: Path, pg_url: str, point: str) -> None:
+    """The keeper is per host whatever the store; what its death leaves is
+    settled and recorded through the PostgreSQL store the same way."""
+    check_keeper_killed(pg_url, tmp_path, point)
+
+
+def check_keeper_killed(store: StoreName, tmp_path: Path, point: str) -> None:
     ledger = tmp_path / "ledger"
     define_one_shot(store, tmp_path, ledger)
     daemon = Daemon(store, env={"WFSCHED_FAULT": point})
@@ -450,6 +463,44 @@ def test_keeper_killed_at_each_boundary_never_runs_the_job_twice(
     if point == "keeper-before-started":
         assert "launch-retried" in daemon.text()
     assert_store_invariants(store)
+
+
+def test_a_keeper_killed_before_naming_its_command_leaves_no_job_running(tmp_path: Path) -> None:
+    """The keeper dies right after the spawn, its started record still naming
+    itself: the command is found by its fingerprint and terminated before its
+    run is recorded (it used to run on, unwatched, its overlap slot freed)."""
+    store = tmp_path / "store"
+    pidfile = tmp_path / "job.pid"
+    text = (
+        f'id = "job"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+        f'command = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 60"]\nkill_grace = "1s"\n'
+        '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
+    )
+    assert (
+        wfsched(store, "create", str(write_definition(tmp_path / "defs", "job", text))).returncode
+        == 0
+    )
+    daemon = Daemon(store, env={"WFSCHED_FAULT": "keeper-after-fork"})
+    try:
+        daemon.wait_started()
+        [run] = wait_for(
+            lambda: [r for r in runs(store) if r["state"] in FINAL], timeout=40, what="the end"
+        )
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    if pidfile.exists():  # it got as far as its first line
+        job = int(pidfile.read_text())
+        assert _state(job) in ("", "Z", "X"), "recorded while its job still ran"
+    assert run["state"] == "failed" and "external effects" in run["reason"], run
+    assert "launcher-lost" in daemon.text() and "terminating" in daemon.text(), daemon.text()
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
 
 
 def test_keeper_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(

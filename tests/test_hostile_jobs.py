@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.daemon import Daemon, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
 from wfsched.daemon.supervisor import ABANDONED
 
 
@@ -129,24 +131,38 @@ def test_killing_only_the_shim_terminates_the_job_before_the_run_is_recorded(
         store,
         tmp_path,
         "stubborn",
-        '[trigger]\ncron = "0 0 1 1 *"\n[run]\n'
-        f'command = ["sh", "-c", "{script}"]\nkill_grace = "2s"\n[policy]\noverlap = "skip"\n',
+        # A scheduled run (due at once): the overlap slot it holds is what
+        # would stop the schedule's next instant from starting a second copy.
+        f'[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+        f'command = ["sh", "-c", "{script}"]\nkill_grace = "2s"\n'
+        '[policy]\noverlap = "skip"\nmisfire = "latest"\nlateness = "1h"\n',
     )
     daemon = Daemon(store)
     try:
         daemon.wait_started()
-        assert wfsched(store, "trigger", "stubborn").returncode == 0
         job = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="job"))
         shim = parent(job)
         assert shim is not None
         os.kill(shim, signal.SIGKILL)
         killed_at = time.monotonic()
-        wait_for(lambda: "terminating" in daemon.text(), what="the termination to start")
+        try:
+            wait_for(
+                lambda: "terminating" in daemon.text(), timeout=30, what="the termination to start"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; parent {shim}\n{daemon.text()}") from None
         # The job outlives its SIGTERM for kill_grace, and the run stays
         # running while any of it is alive: once it shows failed, the job is gone.
-        while (run := show(store, "run-000001"))["state"] == "running":
-            assert time.monotonic() - killed_at < 20, "the run was never recorded"
+        while True:
+            # Read before the run: if the run is still running after it, it
+            # was running when its overlap slot was counted.
+            active = wfsched_json(store, "get", "stubborn")["active_runs"]
+            if (run := show(store, "run-000001"))["state"] != "running":
+                break
+            assert active == 1, "the run lost its overlap slot while its job ran"
+            assert time.monotonic() - killed_at < 40, "the run was never recorded"
             time.sleep(0.05)
+        assert wfsched_json(store, "get", "stubborn")["active_runs"] == 0
         assert run["state"] == "failed"
         assert not alive(job), "recorded while its job still ran"
         assert time.monotonic() - killed_at >= 1.5  # SIGKILL came only after the grace
@@ -177,6 +193,33 @@ def test_a_stop_while_the_supervisor_starts_is_a_clean_exit(store: Path, moment:
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.text()
     assert "Traceback" not in daemon.text() and "Error" not in daemon.text()
+
+
+def test_a_stop_while_the_cli_is_still_imported_is_a_clean_exit(
+    store: Path, tmp_path: Path
+) -> None:
+    """SIGTERM exactly while `wfsched supervise` imports its CLI (the longest
+    part of its start, long before the supervisor's own handlers exist): the
+    entry point's early handler catches it, and the supervisor, once up,
+    exits at once, 0 and quiet. Without that handler the signal kills it."""
+    script = tmp_path / "stop_during_import.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "class StopDuringImport:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'wfsched.cli.main':\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, StopDuringImport())\n"
+        f"sys.argv = ['wfsched', '--store', {str(store)!r}, 'supervise']\n"
+        "from wfsched.entry import main\n"
+        "main()\n"
+    )
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+        )
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
 def test_the_supervisor_outlives_launchers_killed_while_they_start(

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
 from wfsched.api.status import status
 from wfsched.daemon.supervisor import ABANDONED, NEVER_STARTED
 from wfsched.process.launcher import LauncherError, LauncherLost, LaunchSpec, ShimHandle
+from wfsched.store import Store
 
 
 @pytest.fixture
@@ -428,6 +430,33 @@ def test_a_launcher_that_cannot_be_replaced_is_retried_and_runs_wait(lh: Harness
     assert lh.runs.show("run-000001")["state"] == "running"
 
 
+def test_exits_are_recorded_while_no_launcher_can_be_started(lh: Harness) -> None:
+    """The keeper dies with two runs in flight and every replacement dies
+    while it starts: the supervisor still records how both ended, one from
+    the exit record that reached the disk, the other (no record, nothing of
+    it left) as abandoned, without waiting for a launcher."""
+    control: LosingControl = lh.control  # type: ignore[assignment]
+    lh.define("a", cron="0 * * * *")
+    lh.define("b", cron="0 * * * *")
+    lh.tick_at(T0)
+    assert sorted(starts(lh)) == ["run-000001", "run-000002"]
+    control.dead = True
+    control.failing_starts = 1000
+    lh.tick_at(T0 + 1)  # the loss is noticed; no replacement comes up
+    assert not lh.supervisor.launcher.up
+    assert lh.store.get_meta("launcher_state") == "down"
+    assert [lh.runs.show(f"run-00000{n}")["state"] for n in (1, 2)] == ["running", "running"]
+    control.finish("run-000001", exit_code=0, report=False)  # its record made it to disk
+    _, lost = control.spec("run-000002")
+    control.alive_pids.discard(lost.pid)  # gone with its keeper, no record
+    lh.tick_at(T0 + 2)
+    assert not lh.supervisor.launcher.up
+    assert lh.runs.show("run-000001")["state"] == "completed"
+    run = lh.runs.show("run-000002")
+    assert (run["state"], run["reason"]) == ("failed", ABANDONED)
+    assert len(control.spawned) == 2
+
+
 def test_hooks_in_flight_are_still_reported_after_a_launcher_replacement(tmp_path: Path) -> None:
     h = Harness(tmp_path / "store", on_failure=("notify-me",))
     h.define("a", cron="0 * * * *")
@@ -469,6 +498,33 @@ def test_the_calendar_cache_keeps_only_current_revisions(h: Harness) -> None:
         h.admin.update(parse_definition(text, "a.toml", now=int(h.clock())), minute)
         h.tick_at(T0 + minute * MINUTE)
     assert {key: revision for key, (revision, _) in h.supervisor._calendars.items()} == {"a": 6}
+
+
+def test_the_caches_forget_deleted_and_exhausted_schedules(
+    tmp_path: Path, make_store: Callable[[Path], Store]
+) -> None:
+    """Ids are never reused: without the sweep, every one-shot or deleted
+    schedule a supervisor ever decided would stay parsed in its memory."""
+    from wfsched.domain.definition import parse_definition
+
+    h = Harness(make_store(tmp_path / "store"))
+    h.define("live")
+    h.define("gone")
+    text = f'id = "once"\n[trigger]\nat = "{iso(T0)}"\n[run]\ncommand = ["true"]\n'
+    h.admin.create(parse_definition(text, "once.toml", now=int(h.clock())))
+    h.tick_at(T0)  # all three decided, so parsed and cached
+    sup = h.supervisor
+    assert set(sup._calendars) == set(sup.definitions.ids()) == {"live", "gone", "once"}
+    assert h.admin.get("once")["state"] == "exhausted"
+    h.admin.delete("gone")
+    h.tick_at(T0 + MINUTE)
+    assert "gone" in sup._calendars  # swept once per CACHE_SWEEP_INTERVAL, not every tick
+    sup._next_cache_sweep = 0.0
+    h.tick_at(T0 + 2 * MINUTE)
+    assert set(sup._calendars) == set(sup.definitions.ids()) == {"live"}
+    assert sup._next_cache_sweep > 0.0
+    h.tick_at(T0 + 3 * MINUTE)  # the live one is still decided, from a fresh cache entry
+    assert len(h.history("live")) == 4  # T0 to T0 + 3 minutes, each decided once
 
 
 def test_a_run_launched_before_the_records_tree_existed_is_still_recovered(h: Harness) -> None:

@@ -218,6 +218,58 @@ def test_timeout_escalates_to_sigkill_after_grace(launcher: Launcher, tmp_path: 
     assert live_group_members(int((tmp_path / "pgid").read_text())) == []
 
 
+def test_a_command_whose_keeper_died_before_naming_it_is_found_by_its_fingerprint(
+    tmp_path: Path,
+) -> None:
+    """The started record written before the spawn names the keeper; the
+    command (a session leader) is found by the run directory and attempt it
+    was started with, and only that command."""
+    from wfsched.process.launcher import launch_fingerprint
+
+    env = {"PATH": PATH, "WFSCHED_RUN_DIR": str(tmp_path / "run-000001"), "WFSCHED_ATTEMPT": "2"}
+    others = [
+        {**env, "WFSCHED_ATTEMPT": "1"},  # another attempt of the run
+        {**env, "WFSCHED_RUN_DIR": str(tmp_path / "run-000002")},  # another run
+    ]
+    procs = [
+        subprocess.Popen(["sleep", "30"], env=e, start_new_session=True) for e in [*others, env]
+    ]
+    record_dir = tmp_path / "records"
+    record_dir.mkdir()
+    fingerprint = launch_fingerprint(env)
+    try:
+        dead_keeper = {"pid": 2**22 + 1, "start_time": 1, "run_id": "run-000001", "attempt": 2}
+        (record_dir / "shim.json").write_text(json.dumps({**dead_keeper, "find": fingerprint}))
+        handle = read_shim_record(str(record_dir))
+        assert handle is not None and handle.pid == procs[-1].pid
+        procs[-1].kill()
+        procs[-1].wait()
+        # Nothing of it left: the record's own identity, as before.
+        assert read_shim_record(str(record_dir)) == ShimHandle(2**22 + 1, 1)
+        assert launch_fingerprint({"PATH": PATH}) is None  # a failure hook: nothing to find by
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_timeout_beyond_poll_range_never_stops_the_keeper(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A timeout and kill_grace of ages (a shim once died of OverflowError in
+    its poll, leaving its job running): the keeper waits them out in pieces,
+    keeps serving other runs, and still ends the job when asked."""
+    ages = 10**12  # seconds: far beyond poll()'s milliseconds in a C int
+    long = make_spec(tmp_path / "long", ("sleep", "30"), timeout=ages, kill_grace=ages)
+    handle = launcher.spawn(long)
+    short = make_spec(tmp_path / "short", ("true",))
+    launcher.spawn(short)
+    assert wait_exit(short).outcome == "exited"
+    assert launcher.alive(handle)
+    assert launcher.cancel(handle)
+    assert wait_exit(long).outcome == "cancelled"
+
+
 def test_cancel_terminates_the_group(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(
         tmp_path, ("sh", "-c", f"echo $$ > pgid; sleep 30 & echo $! > child; {WAIT_FOR_GO}")
@@ -785,9 +837,12 @@ def test_the_launch_lock_is_held_by_the_keeper_alone_and_the_record_precedes_the
     )
     spec = dataclasses.replace(spec, env={**spec.env, "REC": spec.record_dir})
     handle = launcher.spawn(spec)
-    # The command found the started record already written when it began.
+    # The command found the started record already written when it began:
+    # naming the keeper, or the command once the keeper rewrote it (the
+    # command may run before that rewrite; under load it often does).
     record = wait_for(lambda: seen.exists() and seen.read_text(), what="the job's copy")
-    assert json.loads(record)["pid"] == handle.pid
+    assert json.loads(record)["pid"] in (handle.pid, launcher.server_pid)
+    assert read_shim_record(spec.record_dir) == handle
     command = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text()))
     lock = os.path.join(spec.record_dir, "shim.json")
     assert launch_locked(spec.record_dir)

@@ -796,3 +796,37 @@ def test_prune_removes_a_pruned_runs_hook_outcomes(tmp_path: Path) -> None:
     assert count() == 1
     report = prune(h.store, 86400, T0 + 3 * 86400)
     assert report.runs >= 1 and count() == 0
+
+
+def test_status_shows_a_launcher_down_episode_on_one_line(
+    run_cli: CliRun, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the supervisor records while no run keeper can be started (the
+    `launcher` field, tested from the daemon) is one line of the human
+    `status`, only while it is down."""
+    import wfsched.api.status as api_status
+
+    assert run_cli("create", "-", input=definition_text("a"))[0] == 0
+    real = api_status.status
+    launcher: dict[str, str | None] = {
+        "state": "down",
+        "since": "2026-12-02T03:00:00Z",
+        "last_error": "the run keeper did not start: it exited with status -9",
+    }
+
+    def with_launcher(*args: object, **kwargs: object) -> dict:
+        info = real(*args, **kwargs)  # type: ignore[arg-type]
+        info["launcher"] = launcher
+        return info
+
+    monkeypatch.setattr(api_status, "status", with_launcher)
+    code, out, _ = run_cli("status")
+    assert code == 0
+    [line] = [line for line in out.splitlines() if line.startswith("launcher")]
+    assert line.split(None, 1)[1].rstrip() == (
+        "DOWN since 2026-12-02T03:00:00Z: the run keeper did not start: it exited with"
+        " status -9; runs wait, retrying"
+    )
+    launcher["state"] = "up"
+    code, out, _ = run_cli("status")
+    assert code == 0 and not [line for line in out.splitlines() if line.startswith("launcher")]

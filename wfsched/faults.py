@@ -41,6 +41,7 @@ POINTS = (
     # command, after the reply, and around an exit record.
     "keeper-before-started",
     "keeper-after-started",
+    "keeper-after-fork",
     "keeper-after-spawn",
     "keeper-after-reply",
     "keeper-before-exit-record",

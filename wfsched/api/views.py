@@ -43,14 +43,24 @@ def corrupt_definition(row: ScheduleRow, exc: Exception) -> StoreError:
 class DefinitionCache:
     """Stored definitions parsed once per revision: the operator API and the
     supervisor both read them at every decision. Per schedule only its
-    current revision is kept (an edit replaces the entry), so a long-running
-    supervisor's cache never outgrows its schedules."""
+    current revision is kept (an edit replaces the entry), and the supervisor
+    sweeps out deleted and exhausted schedules (`forget`), so a long-running
+    supervisor's cache never outgrows its live schedules."""
 
     def __init__(self) -> None:
         self._parsed: dict[str, tuple[int, Definition]] = {}
 
     def __len__(self) -> int:
         return len(self._parsed)
+
+    def ids(self) -> list[str]:
+        return list(self._parsed)
+
+    def forget(self, schedule_ids: Iterable[str]) -> None:
+        """Drop these schedules' entries (deleted or exhausted: never read
+        again, or parsed afresh if they are)."""
+        for schedule_id in schedule_ids:
+            self._parsed.pop(schedule_id, None)
 
     def get(self, row: ScheduleRow) -> Definition:
         """The stored definition, with the rules it was accepted under (a

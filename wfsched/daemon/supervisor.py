@@ -107,6 +107,8 @@ BURST_SLICE = 0.25
 next ticks, so exits and requests are still handled during a long burst."""
 RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
+CACHE_SWEEP_INTERVAL = 3600.0
+"""Seconds (monotonic) between sweeps of the per-schedule caches (`_sweep_caches`)."""
 _DURING_FAULTS = ("watch", "metrics")
 """The phases that run through a store fault episode: taking the launcher's
 exit reports (no store write) and the metrics refresh (reads only; it keeps
@@ -292,7 +294,8 @@ class Supervisor:
         the log line if it fails."""
         self._calendars: dict[str, tuple[int, CronCalendar | OneShotCalendar]] = {}
         """Per schedule, the calendar of its current revision only: an edit
-        replaces the entry, so the cache never outgrows the schedules."""
+        replaces the entry; deleted and exhausted schedules are swept out."""
+        self._next_cache_sweep = time.monotonic() + CACHE_SWEEP_INTERVAL
         self._round_robin_after = ""
         self.owned_at: float | None = None
         """When this supervisor took ownership (its first tick): instants due
@@ -614,6 +617,8 @@ class Supervisor:
                 self._phase("admission", self.admit_due, now)
         self._phase("notification", self.notify_failures)
         self._phase("notification", self.notify_rejections)
+        if time.monotonic() >= self._next_cache_sweep:
+            self._phase("retention", self._sweep_caches)
         if not self.draining and self._may_lead():
             self._phase("retention", self.retain, now)
             self._phase("hosts", self.abandon_lost_hosts, now)
@@ -1168,6 +1173,23 @@ class Supervisor:
         cal = calendar_for(defn.trigger)
         self._calendars[row.id] = (row.revision, cal)
         return cal
+
+    def _sweep_caches(self) -> None:
+        """Forget the parsed definitions and calendars of schedules that are
+        never decided again (deleted, exhausted). Ids are never reused, so
+        without this a supervisor that sees many one-shots come and go would
+        keep every one it ever decided (about 1.3 KB each) for its lifetime."""
+        self._next_cache_sweep = time.monotonic() + CACHE_SWEEP_INTERVAL
+        cached = set(self._calendars) | set(self.definitions.ids())
+        rows = self.store.schedules_by_id(cached)
+        gone = [
+            schedule_id
+            for schedule_id in cached
+            if (row := rows.get(schedule_id)) is None or row.deleted_at is not None or row.exhausted
+        ]
+        for schedule_id in gone:
+            self._calendars.pop(schedule_id, None)
+        self.definitions.forget(gone)
 
     def block(self, schedule_id: str, reason: str) -> None:
         """Fail closed: stop admitting for this schedule, visibly, until an

@@ -77,6 +77,7 @@ from wfsched.process.launcher import (
     _write_all,
     _write_exit_record,
     exit_outcome,
+    launch_fingerprint,
     process_start_time,
 )
 
@@ -423,7 +424,7 @@ class Keeper:
         try:
             # The keeper's own identity until the command's replaces it: with
             # the lock free afterwards, a record says "it may have run".
-            os.pwrite(lock_fd, _started(spec, self.pid, self.start_time), 0)
+            os.pwrite(lock_fd, _started(spec, self.pid, self.start_time, find=True), 0)
         except OSError as exc:
             os.close(lock_fd)
             return {"error": f"cannot write the started record ({_why(exc)})", "errno": exc.errno}
@@ -443,8 +444,8 @@ class Keeper:
         except ValueError as exc:
             return self._not_started(spec, lock_fd, started_at, exc)
         start_time = process_start_time(pid) or 0
-
-        with contextlib.suppress(OSError):  # pid unknown to recovery if this fails
+        self.fault("keeper-after-fork")
+        with contextlib.suppress(OSError):  # found by its fingerprint if this fails
             os.pwrite(lock_fd, _started(spec, pid, start_time), 0)
         cap = None if spec.max_log_bytes is None else _LogCap(spec.attempt_dir, spec.max_log_bytes)
         timeout_at = None if spec.timeout is None else now + spec.timeout
@@ -638,8 +639,19 @@ class Keeper:
         self.poller.modify(fd, select.POLLIN | (select.POLLOUT if client.backlog else 0))
 
 
-def _started(spec: LaunchSpec, pid: int, start_time: int) -> bytes:
-    record = {"pid": pid, "start_time": start_time, "run_id": spec.run_id, "attempt": spec.attempt}
+def _started(spec: LaunchSpec, pid: int, start_time: int, find: bool = False) -> bytes:
+    """The started record; `find`: written before the spawn, it names the
+    keeper and carries the command's fingerprint (`launch_fingerprint`), by
+    which recovery finds the command if the keeper dies before naming it."""
+    record: dict[str, Any] = {
+        "pid": pid,
+        "start_time": start_time,
+        "run_id": spec.run_id,
+        "attempt": spec.attempt,
+    }
+    fingerprint = launch_fingerprint(spec.env) if find else None
+    if fingerprint is not None:
+        record["find"] = fingerprint
     return _to_json(record).encode().ljust(_STARTED_SIZE)
 
 

@@ -336,14 +336,81 @@ _MISSING = object()
 def read_shim_record(record_dir: str) -> ShimHandle | None:
     """The attempt's started record (pid + start time: the command's, or the
     keeper's until the command runs); None if none was written, i.e. the
-    command never started. RecordError if unreadable."""
+    command never started. RecordError if unreadable.
+
+    A record still naming the keeper carries the command's fingerprint
+    (`launch_fingerprint`): if the keeper died between the spawn and naming
+    the command, the command is found by it, so what is left of it can be
+    terminated before its run is recorded."""
     path = os.path.join(record_dir, SHIM_RECORD)
     data = _load_record(path, empty_is_absent=True)
     if data is None:
         return None
-    return ShimHandle(
+    handle = ShimHandle(
         pid=_field(data, "pid", (int,), path), start_time=_field(data, "start_time", (int,), path)
     )
+    fingerprint = data.get("find")
+    if isinstance(fingerprint, str):
+        return find_spawned(fingerprint) or handle
+    return handle
+
+
+_FIND_KEYS = (b"WFSCHED_RUN_DIR=", b"WFSCHED_ATTEMPT=")
+
+
+def launch_fingerprint(env: dict[str, str]) -> str | None:
+    """What identifies an attempt's command among the host's processes before
+    its pid is known: its run directory (one store's, one run's) and attempt,
+    from the environment every run's command starts with. None without them
+    (a failure hook)."""
+    run_dir, attempt = env.get("WFSCHED_RUN_DIR"), env.get("WFSCHED_ATTEMPT")
+    if run_dir is None or attempt is None:
+        return None
+    return _fingerprint(os.fsencode(run_dir), attempt.encode())
+
+
+def _fingerprint(run_dir: bytes, attempt: bytes) -> str:
+    import hashlib
+
+    return hashlib.blake2b(run_dir + b"\0" + attempt, digest_size=16).hexdigest()
+
+
+def find_spawned(fingerprint: str) -> ShimHandle | None:
+    """The live session leader of our uid whose initial environment carries
+    `fingerprint`: a command whose keeper died before naming it. Commands
+    lead their own sessions, and /proc/PID/environ is the environment they
+    were started with."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    uid = os.getuid()
+    for name in entries:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read()
+            fields = raw[raw.rindex(b")") + 2 :].split()  # state, ppid, pgrp, session, ...
+            if int(fields[3]) != pid or fields[0] in (b"Z", b"X"):
+                continue  # not a live session leader
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = handle.read()
+            start_time = int(fields[19])
+        except (OSError, ValueError, IndexError):
+            continue
+        values: dict[bytes, bytes] = {}
+        for entry in environ.split(b"\0"):
+            for key in _FIND_KEYS:
+                if entry.startswith(key):
+                    values[key] = entry[len(key) :]
+        found = [values.get(key) for key in _FIND_KEYS]
+        if None not in found and _fingerprint(*found) == fingerprint:  # type: ignore[arg-type]
+            return ShimHandle(pid, start_time)
+    return None
 
 
 def launch_locked(record_dir: str) -> bool:
