@@ -29,6 +29,9 @@ from wfsched.domain.decisions import (
 from wfsched.domain.definition import (
     canonical_json,
     load_definition_file,
+    parse_definition_bytes,
+    read_definition_bytes,
+    source_digest,
 )
 from wfsched.domain.model import Definition, OneShotTrigger
 from wfsched.domain.timeutil import MAX_INSTANT, Clock, format_instant, parse_instant, wall_clock
@@ -164,32 +167,45 @@ class Admin(Reads):
         """Make the store match the definitions under `paths` (files or folders).
 
         Every file is validated before anything is written; one transaction
-        covers the whole apply, so it lands completely or not at all.
+        covers the whole apply, so it lands completely or not at all. A file
+        whose path and bytes are those apply last took its schedule from,
+        while the schedule still has the revision apply gave it, is
+        unchanged without being parsed again (see `_Sources`).
         """
         now = self.clock()
-        wanted = self._load_all(paths, int(now))
-        if prune and not wanted:
+        sources = self._load_all(paths, int(now), self.store.applied_sources())
+        if prune and not sources.ids:
             raise UsageError(
                 f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
             )
         actions: list[ApplyAction] = []
+        applied_rows: list[tuple[str, int, float, str | None, str | None]] = []
         with self.store.atomic():
+            # Read again inside the transaction: an `edit` since the first
+            # read makes its file one to parse and compare after all.
+            sources.recheck(self.store.applied_sources(), int(now))
+            wanted = sources.parsed
             existing = self.store.schedules_by_id(wanted)
             applied = self.store.applied_revisions(wanted)
-            for schedule_id, (defn, source) in sorted(wanted.items()):
+            for schedule_id in sorted(sources.ids):
+                if schedule_id in sources.kept:
+                    revision, source, _digest = sources.kept[schedule_id]
+                    actions.append(ApplyAction(schedule_id, "unchanged", revision, source))
+                    continue
+                defn, source, digest = wanted[schedule_id]
                 row = existing.get(schedule_id)
                 if row is None:
                     actions.append(ApplyAction(schedule_id, "created", 1, source))
                     if not dry_run:
                         self._insert(defn, now)
-                        self.store.set_applied(schedule_id, 1, now)
+                        applied_rows.append((schedule_id, 1, now, source, digest))
                     continue
                 if row.deleted_at is not None:
                     raise ConflictError(f"{source}: id: {_taken(row)}")
                 if canonical_json(defn) == row.definition:
                     actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
-                    if not dry_run and applied.get(schedule_id) != row.revision:
-                        self.store.set_applied(schedule_id, row.revision, now)
+                    if not dry_run:
+                        applied_rows.append((schedule_id, row.revision, now, source, digest))
                     continue
                 last = applied.get(schedule_id)
                 # A revision newer than the one the folder gave was made by
@@ -207,55 +223,70 @@ class Admin(Reads):
                 )
                 if not dry_run:
                     self._replace(row, defn, now)
-                    self.store.set_applied(schedule_id, row.revision + 1, now)
+                    applied_rows.append((schedule_id, row.revision + 1, now, source, digest))
+            self.store.record_applied(applied_rows)
             if prune:
                 for row in self.store.list_schedules():
-                    if row.id not in wanted:
+                    if row.id not in sources.ids:
                         actions.append(ApplyAction(row.id, "deleted", row.revision, None))
                         if not dry_run:
                             self._delete(row, now)
         return actions
 
-    def _load_all(self, paths: Sequence[str], now: int) -> dict[str, tuple[Definition, str]]:
+    def _load_all(
+        self, paths: Sequence[str], now: int, known: dict[tuple[str, str], tuple[str, int]]
+    ) -> _Sources:
         files: dict[Path, None] = {}  # ordered and de-duplicated by real path
         real_dirs: dict[Path, Path] = {}
         for given in paths:
             path = Path(given)
             if path.is_dir():
                 # Sorted by parts, as Path's own order (without its per-compare cost).
-                for found in sorted(path.rglob("*.toml"), key=lambda found: found.parts):
+                for entry in sorted(path.rglob("*.toml"), key=lambda entry: entry.parts):
                     # Hidden folders and files (.git, editor swap files) are not definitions.
-                    hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
+                    hidden = any(part.startswith(".") for part in entry.relative_to(path).parts)
                     if not hidden:
-                        real = _real_file(found, real_dirs)
+                        real = _real_file(entry, real_dirs)
                         if real is not None:
                             files.setdefault(real, None)
             elif path.exists():
                 files.setdefault(path.resolve(), None)
             else:
                 raise UsageError(f"{given}: no such file or directory")
-        wanted: dict[str, tuple[Definition, str]] = {}
+        sources = _Sources()
         errors: list[DefinitionError] = []
         for file in files:
+            source = str(file)
             try:
-                defn = load_definition_file(file, now=now)
+                data = read_definition_bytes(source)
+                digest = source_digest(data)
+                found = known.get((source, digest))
+                if found is not None:
+                    schedule_id = found[0]
+                else:
+                    defn = parse_definition_bytes(data, source, now=now)
+                    schedule_id = defn.id
             except DefinitionError as exc:
                 errors.append(exc)
                 continue
-            if defn.id in wanted:
+            first = sources.ids.get(schedule_id)
+            if first is not None:
                 errors.append(
-                    DefinitionError(
-                        str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
-                    )
+                    DefinitionError(source, "id", f"{schedule_id!r} is also defined in {first}")
                 )
                 continue
-            wanted[defn.id] = (defn, str(file))
+            sources.ids[schedule_id] = source
+            if found is not None:
+                sources.kept[schedule_id] = (found[1], source, digest)
+                sources.unparsed[schedule_id] = data
+            else:
+                sources.parsed[schedule_id] = (defn, source, digest)
         # Every invalid file is reported in one pass; nothing is written.
         if len(errors) == 1:
             raise errors[0]
         if errors:
             raise DefinitionErrors(errors, len(files), "; nothing was written")
-        return wanted
+        return sources
 
     # -- pause, resume, delete -------------------------------------------------------
 
@@ -419,6 +450,30 @@ class Admin(Reads):
 
     def _record(self, row: ScheduleRow, entries: Iterable[Entry], now: float) -> None:
         record_entries(self.store, row.id, row.revision, entries, now)
+
+
+class _Sources:
+    """The definitions an apply found, by schedule id, in file order.
+
+    `parsed`: (definition, path, digest) of each file parsed and validated.
+    `kept`: (revision, path, digest) of each file whose path and bytes are
+    those apply last took the schedule from, at the revision the schedule
+    still has: unchanged, without parsing (its bytes stay in `unparsed`).
+    """
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+        self.parsed: dict[str, tuple[Definition, str, str]] = {}
+        self.kept: dict[str, tuple[int, str, str]] = {}
+        self.unparsed: dict[str, bytes] = {}
+
+    def recheck(self, known: dict[tuple[str, str], tuple[str, int]], now: int) -> None:
+        """Parse each kept file whose schedule changed since it was kept."""
+        for schedule_id, (revision, source, digest) in list(self.kept.items()):
+            if known.get((source, digest)) != (schedule_id, revision):
+                defn = parse_definition_bytes(self.unparsed[schedule_id], source, now=now)
+                self.parsed[schedule_id] = (defn, source, digest)
+                del self.kept[schedule_id]
 
 
 class _Unlistable:
