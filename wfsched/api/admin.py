@@ -236,27 +236,28 @@ class Admin(Reads):
     def _load_all(
         self, paths: Sequence[str], now: int, known: dict[tuple[str, str], tuple[str, int]]
     ) -> _Sources:
-        files: dict[Path, None] = {}  # ordered and de-duplicated by real path
-        real_dirs: dict[Path, Path] = {}
+        # Ordered and de-duplicated by real path. Plain strings, not Paths:
+        # hashing and deriving Paths was most of an unchanged apply's cost.
+        files: dict[str, None] = {}
+        real_dirs: dict[str, str] = {}
         for given in paths:
             path = Path(given)
             if path.is_dir():
+                depth = len(path.parts)
                 # Sorted by parts, as Path's own order (without its per-compare cost).
                 for entry in sorted(path.rglob("*.toml"), key=lambda entry: entry.parts):
                     # Hidden folders and files (.git, editor swap files) are not definitions.
-                    hidden = any(part.startswith(".") for part in entry.relative_to(path).parts)
-                    if not hidden:
-                        real = _real_file(entry, real_dirs)
+                    if not any(part.startswith(".") for part in entry.parts[depth:]):
+                        real = _real_file(str(entry), real_dirs)
                         if real is not None:
                             files.setdefault(real, None)
             elif path.exists():
-                files.setdefault(path.resolve(), None)
+                files.setdefault(str(path.resolve()), None)
             else:
                 raise UsageError(f"{given}: no such file or directory")
         sources = _Sources()
         errors: list[DefinitionError] = []
-        for file in files:
-            source = str(file)
+        for source in files:
             try:
                 data = read_definition_bytes(source)
                 digest = source_digest(data)
@@ -512,19 +513,20 @@ def _refuse_deleted(row: ScheduleRow, operation: str) -> None:
         )
 
 
-def _real_file(found: Path, real_dirs: dict[Path, Path]) -> Path | None:
-    """`found.resolve()` if it is a file (None otherwise), resolving each
-    folder once: a file that is no symlink lies in its folder's real path,
-    and resolving every file anew walks its whole path per file."""
+def _real_file(found: str, real_dirs: dict[str, str]) -> str | None:
+    """The real path of `found` if it is a file (None otherwise), resolving
+    each folder once: a file that is no symlink lies in its folder's real
+    path, and resolving every file anew walks its whole path per file."""
     try:
         mode = os.lstat(found).st_mode
     except OSError:
         return None
     if stat.S_ISLNK(mode):
-        return found.resolve() if found.is_file() else None
+        return os.path.realpath(found) if os.path.isfile(found) else None
     if not stat.S_ISREG(mode):
         return None
-    parent = real_dirs.get(found.parent)
+    folder, name = os.path.split(found)
+    parent = real_dirs.get(folder)
     if parent is None:
-        parent = real_dirs[found.parent] = found.parent.resolve()
-    return parent / found.name
+        parent = real_dirs[folder] = os.path.realpath(folder or ".")
+    return os.path.join(parent, name)
