@@ -735,27 +735,25 @@ class Launcher:
         launch lock refuses an attempt that started: AlreadyLaunched).
         """
         answers: list[ShimHandle | Exception | None] = [None] * len(specs)
-        frames: list[bytes | None] = []
-        for index, spec in enumerate(specs):
-            try:
-                frames.append(_frame({"op": "spawn", "spec": _spawn_wire(spec)}))
-            except LauncherError as exc:
-                answers[index] = exc
-                frames.append(None)
+        on_wire: list[bool] = []  # per spec sent so far: whether a request went out
         with self._lock:
             if self._requests is None:
-                error = LauncherError("the launcher is not started")
-                return [error if answer is None else answer for answer in answers]
+                return [LauncherError("the launcher is not started")] * len(specs)
             fd = self._requests.fileno()
-            sent = 0  # frames[:sent] are on the wire (or were never to be sent)
             for index, spec in enumerate(specs):
                 try:
-                    while sent < len(frames) and sent - index < _SPAWN_WINDOW:
-                        frame = frames[sent]
-                        if frame is not None:
-                            _write_all(fd, frame)
-                        sent += 1
-                    if frames[index] is None:
+                    # Encoded as it goes out: the first request leaves at once.
+                    while len(on_wire) < len(specs) and len(on_wire) - index < _SPAWN_WINDOW:
+                        ahead = len(on_wire)
+                        try:
+                            frame = _frame({"op": "spawn", "spec": _spawn_wire(specs[ahead])})
+                        except LauncherError as exc:
+                            answers[ahead] = exc
+                            on_wire.append(False)
+                            continue
+                        _write_all(fd, frame)
+                        on_wire.append(True)
+                    if not on_wire[index]:
                         continue
                     reply = _read_message(fd)
                 except OSError as exc:  # EPIPE, ECONNRESET: the keeper is gone
