@@ -22,7 +22,9 @@ from bench_spawn import _load_note, _proc_counters, _spec, _started, _wait_exit
 from wfsched.process.launcher import Launcher
 
 
-def one_side(launcher: Launcher, root: Path, name: str, count: int, chunk: int) -> tuple[float, ...]:
+def one_side(
+    launcher: Launcher, root: Path, name: str, count: int, chunk: int
+) -> tuple[float, ...]:
     stdin = str(root / "input.json")
     specs = [_spec(root, f"{name}-{i}", stdin) for i in range(count)]
     server = launcher.server_pid or 0
