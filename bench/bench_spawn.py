@@ -8,6 +8,13 @@ instruction", including the exec of `date` itself).
     python bench/bench_spawn.py            # 200 paced runs each way
     python bench/bench_spawn.py --burst 1000
     python bench/bench_spawn.py --bare     # without the supervisor's modules loaded
+    python bench/bench_spawn.py --pipeline-pairs 7 --pipeline-count 200
+
+`--pipeline-pairs N` instead compares, on one keeper, N alternating pairs of
+back-to-back spawns one request at a time (`spawn()`, each reply awaited)
+and pipelined in chunks of 64 (`spawn_many()`, as the supervisor launches a
+burst chunk): medians of the last job's start after the first request and
+of CPU per launch of the caller and the keeper.
 
 By default this process first imports what `wfsched supervise` imports (the
 CLI, the supervisor, the store), so it is as big as a real supervisor (about
@@ -254,6 +261,55 @@ def bench_burst(root: Path, count: int, stdin: str) -> tuple[float, float, float
     return issued, statistics.median(lat), max(starts) - begin, cpu
 
 
+def _pipeline_side(
+    launcher: Launcher, root: Path, name: str, count: int, chunk: int
+) -> tuple[float, ...]:
+    stdin = str(root / "input.json")
+    specs = [_spec(root, f"{name}-{i}", stdin) for i in range(count)]
+    server = launcher.server_pid or 0
+    before = _proc_counters(server)
+    begin = time.time()
+    caller = time.process_time()
+    if chunk <= 1:
+        for spec in specs:
+            launcher.spawn(spec)
+    else:
+        for at in range(0, count, chunk):
+            answers = launcher.spawn_many(specs[at : at + chunk])
+            assert all(hasattr(a, "pid") for a in answers), answers
+    caller = time.process_time() - caller
+    deadline = time.monotonic() + 120
+    last = max(_started(spec.attempt_dir, deadline) for spec in specs) - begin
+    for spec in specs:
+        _wait_exit(spec.attempt_dir, deadline)
+    after = _proc_counters(server)
+    return last, caller / count * 1e3, (after["cpu"] - before["cpu"]) / count * 1e3
+
+
+def pipeline_pairs(pairs: int, count: int, chunk: int = 64) -> None:
+    results: dict[str, list[tuple[float, ...]]] = {"serial": [], "pipelined": []}
+    with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as tmp, Launcher() as launcher:
+        root = Path(tmp)
+        (root / "input.json").write_text("{}\n")
+        print(_load_note())
+        for pair in range(pairs):
+            order = ["serial", "pipelined"] if pair % 2 == 0 else ["pipelined", "serial"]
+            for side in order:
+                size = 1 if side == "serial" else chunk
+                results[side].append(_pipeline_side(launcher, root, f"{side}{pair}", count, size))
+        print(_load_note())
+    for side, rows in results.items():
+        last, caller, keeper = (statistics.median(column) for column in zip(*rows, strict=True))
+        print(
+            f"{side:<10} last start {last * 1e3:8.1f} ms   CPU per launch: caller"
+            f" {caller:.3f} ms, keeper {keeper:.3f} ms   (medians of {len(rows)})"
+        )
+    ratio = statistics.median(r[0] for r in results["pipelined"]) / statistics.median(
+        r[0] for r in results["serial"]
+    )
+    print(f"last start, pipelined / serial: {ratio:.2f}")
+
+
 def _summary(name: str, values: list[float]) -> str:
     ms = sorted(v * 1000 for v in values)
     p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
@@ -271,7 +327,12 @@ def main() -> None:
     parser.add_argument(
         "--bare", action="store_true", help="do not import the supervisor's modules first"
     )
+    parser.add_argument("--pipeline-pairs", type=int, default=0, help="serial vs pipelined")
+    parser.add_argument("--pipeline-count", type=int, default=200, help="spawns per side")
     args = parser.parse_args()
+    if args.pipeline_pairs:
+        pipeline_pairs(args.pipeline_pairs, args.pipeline_count)
+        return
     if not args.bare:
         for module in ("wfsched.cli.main", "wfsched.store", "wfsched.daemon.supervisor"):
             importlib.import_module(module)

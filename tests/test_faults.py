@@ -503,6 +503,51 @@ def _state(pid: int) -> str:
         return ""
 
 
+@pytest.mark.parametrize("point", ["keeper-before-started:3", "keeper-after-reply:3"])
+def test_keeper_killed_inside_a_pipelined_chunk_never_runs_an_attempt_twice(
+    tmp_path: Path, point: str
+) -> None:
+    """Six runs due at once go to the keeper as pipelined spawn requests; it
+    dies at its third: the two it started are abandoned (at most one start
+    each); the requests behind it on the wire are asked again of the next
+    keeper, which starts each exactly once (the third too, when the first
+    keeper died before its started record)."""
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    for index in range(6):
+        text = (
+            f'id = "job{index}"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+            f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
+            'sleep 0.3"]\n[policy]\nmisfire = "latest"\nlateness = "1h"\n'
+        )
+        path = write_definition(tmp_path / "defs", f"job{index}", text)
+        assert wfsched(store, "create", str(path)).returncode == 0
+    daemon = Daemon(store, env={"WFSCHED_FAULT": point})
+    try:
+        daemon.wait_started()
+        wait_for(
+            lambda: len(items := all_runs(store)) == 6 and all(r["state"] in FINAL for r in items),
+            timeout=30,
+            what="every run to end",
+        )
+        assert daemon.proc.poll() is None, daemon.text()
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    assert "launcher-lost" in daemon.text()
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    assert len(lines) == len(set(lines)), f"an attempt ran twice: {lines}"
+    states = sorted(r["state"] for r in all_runs(store))
+    abandoned = 2 if point.startswith("keeper-before-started") else 3
+    assert states == ["completed"] * (6 - abandoned) + ["failed"] * abandoned, states
+    for run in all_runs(store):
+        ran = f"{run['run_id']} 1" in lines
+        if run["state"] == "completed":
+            assert ran, run
+        else:
+            assert "external effects may already have happened" in run["reason"], run
+    assert_store_invariants(store)
+
+
 def test_keeper_killed_repeatedly_during_a_burst_never_runs_an_attempt_twice(
     tmp_path: Path,
 ) -> None:

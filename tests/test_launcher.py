@@ -1011,3 +1011,73 @@ def test_launchers_starting_at_once_share_one_keeper(tmp_path: Path) -> None:
     finally:
         for launcher in launchers:
             launcher.stop()
+
+
+def _specs(tmp_path: Path, count: int, argv: tuple[str, ...]) -> list[LaunchSpec]:
+    """`count` attempts, each in its own folder (one run each)."""
+    specs = []
+    for index in range(count):
+        spec = make_spec(tmp_path / f"r{index}", argv)
+        specs.append(dataclasses.replace(spec, run_id=f"run-{index:06d}"))
+    return specs
+
+
+def test_pipelined_spawns_answer_each_in_order_as_spawn_would(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """More requests than the window, an attempt already started and one whose
+    command cannot start among them: every spec gets spawn()'s own answer, in
+    its place."""
+    specs = _specs(tmp_path, 40, ("sh", "-c", "echo $$ >> ran"))
+    missing = dataclasses.replace(specs[7], argv=("/nonexistent/command",))
+    specs[7] = missing
+    first = launcher.spawn(specs[3])
+    answers = launcher.spawn_many(specs)
+    assert isinstance(answers[3], AlreadyLaunched)
+    assert isinstance(answers[7], CommandNotStarted)
+    handles = [a for i, a in enumerate(answers) if i not in (3, 7)]
+    assert all(isinstance(handle, ShimHandle) for handle in handles)
+    for index, spec in enumerate(specs):
+        assert wait_exit(spec).outcome == ("spawn-failed" if index == 7 else "exited")
+    started = [int(line) for r in range(40) for line in _ran(tmp_path / f"r{r}")]
+    assert sorted(started) == sorted([first.pid, *(h.pid for h in handles)])  # type: ignore[union-attr]
+
+
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _ran(folder: Path) -> list[str]:
+    path = folder / "ran"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_a_keeper_lost_inside_a_pipeline_starts_nothing_twice(tmp_path: Path) -> None:
+    """The keeper dies handling the 3rd of 6 requests on the wire: the 3rd is
+    LauncherLost, the rest unknown (None). Asked again, an attempt the dead
+    keeper started is refused by its launch lock; the others start once."""
+    specs = _specs(tmp_path, 6, ("sh", "-c", "echo $$ >> ran"))
+    with Launcher(tmp_path / "keeper", fault="keeper-after-spawn:3") as launcher:
+        answers = launcher.spawn_many(specs)
+        assert [type(a).__name__ for a in answers[:3]] == [
+            "ShimHandle",
+            "ShimHandle",
+            "LauncherLost",
+        ]
+        assert answers[3:] == [None, None, None]
+        old = launcher.server_pid
+        launcher.stop()
+        wait_for(lambda: _dead(old or 0), what="the old keeper to die")
+        launcher.start()  # a new keeper
+        with pytest.raises(AlreadyLaunched):
+            launcher.spawn(specs[2])  # it did start (keeper-after-spawn)
+        for spec in specs[3:]:
+            launcher.spawn(spec)
+            assert wait_exit(spec).outcome == "exited"
+    ran = [len(_ran(tmp_path / f"r{index}")) for index in range(6)]
+    assert ran[:2] + ran[3:] == [1] * 5
+    assert ran[2] in (0, 1)  # spawned, then the keeper died: at most once

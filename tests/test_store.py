@@ -195,7 +195,7 @@ def test_a_version_1_store_is_upgraded_and_audits_clean(tmp_path: Path) -> None:
     root = tmp_path / "s"
     v1_store(root)
     store = SQLiteStore(root)
-    assert store.schema_version == LATEST_VERSION == 6
+    assert store.schema_version == LATEST_VERSION == 7
     assert store._conn.execute("SELECT watermark FROM revisions").fetchall() == [(None,)]
     # Version 4: hook outcomes and apply's memory start empty.
     assert store._conn.execute("SELECT COUNT(*) FROM notifications").fetchone() == (0,)
@@ -210,7 +210,7 @@ def test_a_version_1_store_is_upgraded_and_audits_clean(tmp_path: Path) -> None:
     ]
     assert audit(store)["violations"] == []
     store.close()
-    assert SQLiteStore(root).schema_version == 6  # reopening applies nothing twice
+    assert SQLiteStore(root).schema_version == 7  # reopening applies nothing twice
 
 
 def test_migrations_apply_every_newer_version_in_order_gaps_allowed(

@@ -29,6 +29,9 @@ from wfsched.domain.decisions import (
 from wfsched.domain.definition import (
     canonical_json,
     load_definition_file,
+    parse_definition_bytes,
+    read_definition_bytes,
+    source_digest,
 )
 from wfsched.domain.model import Definition, OneShotTrigger
 from wfsched.domain.timeutil import MAX_INSTANT, Clock, format_instant, parse_instant, wall_clock
@@ -49,10 +52,6 @@ if TYPE_CHECKING:
 # wfsched.domain.calendar (and croniter behind it) is imported inside the functions
 # that compute instants, so importing the admin API does not load croniter by
 # itself: start-up time of read commands such as `wfsched list` matters.
-
-
-Loaded = dict[str, tuple[Definition, str]]
-"""The definitions an apply installs: id -> (definition, the file it came from)."""
 
 
 @dataclass(frozen=True)
@@ -168,35 +167,52 @@ class Admin(Reads):
         *,
         prune: bool = False,
         dry_run: bool = False,
-        loaded: Loaded | None = None,
+        loaded: Sources | None = None,
     ) -> list[ApplyAction]:
         """Make the store match the definitions under `paths` (files or folders).
 
         Every file is validated before anything is written; one transaction
-        covers the whole apply, so it lands completely or not at all.
-        `loaded`: what `load_for_apply` already read and validated (before
-        the caller opened, and so created, the store).
+        covers the whole apply, so it lands completely or not at all. A file
+        whose path and bytes are those apply last took its schedule from,
+        while the schedule still has the revision apply gave it, is
+        unchanged without being parsed again (see `Sources`).
+        `loaded`: what `load_sources` already read and validated (before the
+        caller opened, and so created, the store).
         """
         now = self.clock()
-        wanted = loaded if loaded is not None else load_for_apply(paths, int(now), prune=prune)
+        sources = (
+            loaded
+            if loaded is not None
+            else load_sources(paths, int(now), self.store.applied_sources(), prune=prune)
+        )
         actions: list[ApplyAction] = []
+        applied_rows: list[tuple[str, int, float, str | None, str | None]] = []
         with self.store.atomic():
+            # Read again inside the transaction: an `edit` since the first
+            # read makes its file one to parse and compare after all.
+            sources.recheck(self.store.applied_sources(), int(now))
+            wanted = sources.parsed
             existing = self.store.schedules_by_id(wanted)
             applied = self.store.applied_revisions(wanted)
-            for schedule_id, (defn, source) in sorted(wanted.items()):
+            for schedule_id in sorted(sources.ids):
+                if schedule_id in sources.kept:
+                    revision, source, _digest = sources.kept[schedule_id]
+                    actions.append(ApplyAction(schedule_id, "unchanged", revision, source))
+                    continue
+                defn, source, digest = wanted[schedule_id]
                 row = existing.get(schedule_id)
                 if row is None:
                     actions.append(ApplyAction(schedule_id, "created", 1, source))
                     if not dry_run:
                         self._insert(defn, now)
-                        self.store.set_applied(schedule_id, 1, now)
+                        applied_rows.append((schedule_id, 1, now, source, digest))
                     continue
                 if row.deleted_at is not None:
                     raise ConflictError(f"{source}: id: {_taken(row)}")
                 if canonical_json(defn) == row.definition:
                     actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
-                    if not dry_run and applied.get(schedule_id) != row.revision:
-                        self.store.set_applied(schedule_id, row.revision, now)
+                    if not dry_run:
+                        applied_rows.append((schedule_id, row.revision, now, source, digest))
                     continue
                 last = applied.get(schedule_id)
                 # A revision newer than the one the folder gave was made by
@@ -214,10 +230,11 @@ class Admin(Reads):
                 )
                 if not dry_run:
                     self._replace(row, defn, now)
-                    self.store.set_applied(schedule_id, row.revision + 1, now)
+                    applied_rows.append((schedule_id, row.revision + 1, now, source, digest))
+            self.store.record_applied(applied_rows)
             if prune:
                 for row in self.store.list_schedules():
-                    if row.id not in wanted:
+                    if row.id not in sources.ids:
                         actions.append(ApplyAction(row.id, "deleted", row.revision, None))
                         if not dry_run:
                             self._delete(row, now)
@@ -394,53 +411,99 @@ class Admin(Reads):
         record_entries(self.store, row.id, row.revision, entries, now)
 
 
-def load_for_apply(paths: Sequence[str], now: int, *, prune: bool = False) -> Loaded:
-    """Read and validate every definition file under `paths`, touching no
-    store: an apply with any invalid file must leave nothing behind, not even
-    a new empty store. Every invalid file is reported in one error."""
-    files: dict[Path, None] = {}  # ordered and de-duplicated by real path
-    real_dirs: dict[Path, Path] = {}
+class Sources:
+    """The definitions an apply found, by schedule id, in file order.
+
+    `parsed`: (definition, path, digest) of each file parsed and validated.
+    `kept`: (revision, path, digest) of each file whose path and bytes are
+    those apply last took the schedule from, at the revision the schedule
+    still has: unchanged, without parsing (its bytes stay in `unparsed`).
+    """
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+        self.parsed: dict[str, tuple[Definition, str, str]] = {}
+        self.kept: dict[str, tuple[int, str, str]] = {}
+        self.unparsed: dict[str, bytes] = {}
+
+    def recheck(self, known: dict[tuple[str, str], tuple[str, int]], now: int) -> None:
+        """Parse each kept file whose schedule changed since it was kept."""
+        for schedule_id, (revision, source, digest) in list(self.kept.items()):
+            if known.get((source, digest)) != (schedule_id, revision):
+                defn = parse_definition_bytes(self.unparsed[schedule_id], source, now=now)
+                self.parsed[schedule_id] = (defn, source, digest)
+                del self.kept[schedule_id]
+
+
+def load_sources(
+    paths: Sequence[str],
+    now: int,
+    known: dict[tuple[str, str], tuple[str, int]],
+    *,
+    prune: bool = False,
+) -> Sources:
+    """Read and validate every definition file under `paths`, parsing only
+    those not in `known` ((path, digest) -> (schedule id, revision), what
+    the store says apply last took each schedule from). It writes nothing:
+    called before a store exists, an apply with any invalid file leaves
+    nothing behind, not even a new empty store. Every invalid file is
+    reported in one error."""
+    # Ordered and de-duplicated by real path. Plain strings, not Paths:
+    # hashing and deriving Paths was most of an unchanged apply's cost.
+    files: dict[str, None] = {}
+    real_dirs: dict[str, str] = {}
     for given in paths:
         path = Path(given)
         if path.is_dir():
+            depth = len(path.parts)
             # Sorted by parts, as Path's own order (without its per-compare cost).
-            for found in sorted(path.rglob("*.toml"), key=lambda found: found.parts):
+            for entry in sorted(path.rglob("*.toml"), key=lambda entry: entry.parts):
                 # Hidden folders and files (.git, editor swap files) are not definitions.
-                hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
-                if not hidden:
-                    real = _real_file(found, real_dirs)
+                if not any(part.startswith(".") for part in entry.parts[depth:]):
+                    real = _real_file(str(entry), real_dirs)
                     if real is not None:
                         files.setdefault(real, None)
         elif path.exists():
-            files.setdefault(path.resolve(), None)
+            files.setdefault(str(path.resolve()), None)
         else:
             raise UsageError(f"{given}: no such file or directory")
-    wanted: dict[str, tuple[Definition, str]] = {}
+    sources = Sources()
     errors: list[DefinitionError] = []
-    for file in files:
+    for source in files:
         try:
-            defn = load_definition_file(file, now=now)
+            data = read_definition_bytes(source)
+            digest = source_digest(data)
+            found = known.get((source, digest))
+            if found is not None:
+                schedule_id = found[0]
+            else:
+                defn = parse_definition_bytes(data, source, now=now)
+                schedule_id = defn.id
         except DefinitionError as exc:
             errors.append(exc)
             continue
-        if defn.id in wanted:
+        first = sources.ids.get(schedule_id)
+        if first is not None:
             errors.append(
-                DefinitionError(
-                    str(file), "id", f"{defn.id!r} is also defined in {wanted[defn.id][1]}"
-                )
+                DefinitionError(source, "id", f"{schedule_id!r} is also defined in {first}")
             )
             continue
-        wanted[defn.id] = (defn, str(file))
+        sources.ids[schedule_id] = source
+        if found is not None:
+            sources.kept[schedule_id] = (found[1], source, digest)
+            sources.unparsed[schedule_id] = data
+        else:
+            sources.parsed[schedule_id] = (defn, source, digest)
     # Every invalid file is reported in one pass; nothing is written.
     if len(errors) == 1:
         raise errors[0]
     if errors:
         raise DefinitionErrors(errors, len(files), "; nothing was written")
-    if prune and not wanted:
+    if prune and not sources.ids:
         raise UsageError(
             f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
         )
-    return wanted
+    return sources
 
 
 class _Unlistable:
@@ -479,19 +542,20 @@ def _refuse_deleted(row: ScheduleRow, operation: str) -> None:
         )
 
 
-def _real_file(found: Path, real_dirs: dict[Path, Path]) -> Path | None:
-    """`found.resolve()` if it is a file (None otherwise), resolving each
-    folder once: a file that is no symlink lies in its folder's real path,
-    and resolving every file anew walks its whole path per file."""
+def _real_file(found: str, real_dirs: dict[str, str]) -> str | None:
+    """The real path of `found` if it is a file (None otherwise), resolving
+    each folder once: a file that is no symlink lies in its folder's real
+    path, and resolving every file anew walks its whole path per file."""
     try:
         mode = os.lstat(found).st_mode
     except OSError:
         return None
     if stat.S_ISLNK(mode):
-        return found.resolve() if found.is_file() else None
+        return os.path.realpath(found) if os.path.isfile(found) else None
     if not stat.S_ISREG(mode):
         return None
-    parent = real_dirs.get(found.parent)
+    folder, name = os.path.split(found)
+    parent = real_dirs.get(folder)
     if parent is None:
-        parent = real_dirs[found.parent] = found.parent.resolve()
-    return parent / found.name
+        parent = real_dirs[folder] = os.path.realpath(folder or ".")
+    return os.path.join(parent, name)

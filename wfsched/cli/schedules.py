@@ -19,7 +19,7 @@ from wfsched.cli.complete import schedule_argument
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
-    from wfsched.api.admin import Admin, Loaded
+    from wfsched.api.admin import Admin, Sources
     from wfsched.domain.model import Definition
 
 DEFAULT_PAGE = 20
@@ -138,16 +138,18 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     or `update` since the schedule was last applied warns on stderr, naming
     both revisions (the folder wins).
     """
-    from wfsched.api.admin import load_for_apply
-
-    # Every file is validated before the store is opened: an invalid folder
-    # must not leave a new, empty store (directory or schema) behind.
-    loaded = load_for_apply(paths, int(state.clock()), prune=prune)
-    if dry_run and state.store(create=False) is None:
-        actions = _dry_run_against_empty_store(state, paths, prune, loaded)
+    if state.store(create=False) is not None:
+        actions = state.admin().apply(paths, prune=prune, dry_run=dry_run)
     else:
-        admin = state.admin(create=True)
-        actions = admin.apply(paths, prune=prune, dry_run=dry_run, loaded=loaded)
+        from wfsched.api.admin import load_sources
+
+        # No store yet: every file is validated before one is created, so an
+        # invalid folder leaves no new, empty store (directory or schema).
+        loaded = load_sources(paths, int(state.clock()), {}, prune=prune)
+        if dry_run:
+            actions = _dry_run_against_empty_store(state, paths, prune, loaded)
+        else:
+            actions = state.admin(create=True).apply(paths, prune=prune, loaded=loaded)
     tally = {"created": 0, "updated": 0, "unchanged": 0, "deleted": 0}
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
@@ -176,7 +178,7 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
 
 
 def _dry_run_against_empty_store(
-    state: CliState, paths: tuple[str, ...], prune: bool, loaded: Loaded
+    state: CliState, paths: tuple[str, ...], prune: bool, loaded: Sources
 ) -> list[Any]:
     # No store yet: a dry run must not create one, so it runs against a
     # throwaway empty store (every valid definition would be "created").

@@ -1370,16 +1370,26 @@ class Supervisor:
         launches: Iterable[tuple[RunRow, Watch, Callable[[], LaunchSpec]]],
         failure: Exception | None = None,
     ) -> None:
-        """Spawn each marked attempt (its spec built only when its turn comes,
-        so a spec that cannot be built fails that attempt alone); an attempt
+        """Spawn each marked attempt, the requests pipelined (`_pipelined`; a
+        spec that cannot be built fails that attempt alone); an attempt
         whose spawn raises is settled as a lost launch (`_launch_failed`),
         never dropped. The pids started are stored in one statement, then the
         first failure (`failure`, from before, if given) is raised for the
         phase to count and log: by then every attempt is settled."""
         handles: list[tuple[int, ShimHandle]] = []
-        for run, watch, spec in launches:
+        ready: list[tuple[RunRow, Watch, LaunchSpec]] = []
+        for run, watch, build in launches:
             try:
-                handle = self._spawn(run, watch, spec())
+                ready.append((run, watch, build()))
+            except Exception as exc:
+                failure = failure or exc
+                handle = self._launch_failed(watch, exc)
+                if handle is not None:
+                    handles.append((run.seq, handle))
+        replies = self._pipelined([spec for _, _, spec in ready])
+        for (run, watch, spec), reply in zip(ready, replies, strict=True):
+            try:
+                handle = self._spawn(run, watch, spec, reply)
             except Exception as exc:
                 failure = failure or exc
                 handle = self._launch_failed(watch, exc)
@@ -1478,8 +1488,30 @@ class Supervisor:
             max_log_bytes=self.config.max_log_bytes,
         )
 
-    def _spawn(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
+    def _pipelined(self, specs: list[LaunchSpec]) -> list[ShimHandle | Exception | None]:
+        """The keeper's answers to a chunk's spawn requests, sent pipelined
+        (`Launcher.spawn_many`); None where the request is to be made again
+        one by one: a control without pipelining, no launcher, or a lost
+        connection (the launch lock refuses an attempt that did start)."""
+        spawn_many = getattr(self.control, "spawn_many", None)
+        if spawn_many is None or len(specs) < 2 or not self.launcher.up:
+            return [None] * len(specs)
+        try:
+            answers: list[ShimHandle | Exception | None] = spawn_many(specs)
+        except Exception:
+            return [None] * len(specs)  # asked again one by one: `_spawn` settles it
+        return answers
+
+    def _spawn(
+        self,
+        run: RunRow,
+        watch: Watch,
+        spec: LaunchSpec,
+        answer: ShimHandle | Exception | None = None,
+    ) -> ShimHandle | None:
         """Start the attempt's shim, or leave it waiting for a launcher.
+        `answer`: the launcher's answer to a pipelined request for it (see
+        `_pipelined`), taken as `spawn()` returning or raising it.
 
         A launcher lost during the request is an ambiguous launch: once the
         old server is gone (nothing more of it can fork), the attempt's
@@ -1487,11 +1519,16 @@ class Supervisor:
         only an attempt of which nothing started is spawned again.
         """
         self._watch(watch)
-        if not self.launcher.up:
+        if answer is None and not self.launcher.up:
             watch.spec = spec
             return None
         try:
-            handle = self.control.spawn(spec)
+            if answer is None:
+                handle = self.control.spawn(spec)
+            elif isinstance(answer, Exception):
+                raise answer
+            else:
+                handle = answer
         except LauncherLost as exc:
             self._replace_launcher(exc)
             return self._settle_lost_launch(run, watch, spec)

@@ -32,6 +32,7 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, cast
 
+from wfsched import __version__
 from wfsched.domain.inputs import sample_input, toml_key, validate_bindings, whole_match
 from wfsched.domain.model import (
     CronTrigger,
@@ -112,12 +113,36 @@ def load_definition_file(path: str | Path, *, now: int | None = None) -> Definit
             raise DefinitionError(source, "", f"cannot read: {exc}") from None
         return parse_definition(text, source, now=now)
     source = str(path)
+    return parse_definition_bytes(read_definition_bytes(source), source, now=now)
+
+
+def read_definition_bytes(source: str) -> bytes:
+    """A definition file's bytes (`apply` digests them before parsing)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(source, "rb") as file:
+            return file.read()
     except OSError as exc:
         raise DefinitionError(source, "", f"cannot read: {exc.strerror or exc}") from None
+
+
+def source_digest(data: bytes) -> str:
+    """The digest `apply` keeps of a definition file's bytes, tied to the
+    wfsched version: after an upgrade (whose validation may have changed)
+    every file is parsed and validated once more."""
+    from hashlib import sha256
+
+    return sha256(f"wfsched {__version__}\n".encode() + data).hexdigest()
+
+
+def parse_definition_bytes(data: bytes, source: str, *, now: int | None = None) -> Definition:
+    """Decode a file's bytes as reading it as text does (UTF-8, universal
+    newlines), then parse it."""
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DefinitionError(source, "", f"cannot read: not UTF-8 text ({exc.reason})") from None
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     return parse_definition(text, source, now=now)
 
 

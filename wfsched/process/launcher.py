@@ -59,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -520,6 +520,45 @@ def _send_message(fd: int, payload: dict[str, Any]) -> None:
 # The supervisor's side: a client of the run keeper (wfsched.process.keeper).
 
 
+_SPAWN_WINDOW = 16
+"""Spawn requests on the wire at once (`Launcher.spawn_many`): enough to keep
+the keeper busy, few enough that its replies never fill our socket buffer
+while we still write requests (the keeper writes its replies blocking)."""
+
+
+def _frame(payload: dict[str, Any]) -> bytes:
+    body = _to_json(payload).encode()
+    return _HEADER.pack(len(body)) + body
+
+
+def _spawn_wire(spec: LaunchSpec) -> dict[str, Any]:
+    """A spawn request's spec, every path absolute."""
+    for directory in (spec.attempt_dir, spec.record_dir):
+        if not os.path.isdir(directory):
+            raise LauncherError(f"{directory}: directory does not exist")
+    wire = dict(vars(spec))  # not asdict(): that deep-copies, 20-80 us per launch
+    # Records are for recovery, and the keeper outlives our cwd: no
+    # relative path. A cwd of None is ours.
+    wire["attempt_dir"] = os.path.abspath(spec.attempt_dir)
+    wire["record_dir"] = os.path.abspath(spec.record_dir)
+    wire["stdin_path"] = os.path.abspath(spec.stdin_path)
+    wire["cwd"] = os.path.abspath(spec.cwd if spec.cwd is not None else ".")
+    return wire
+
+
+def _spawn_answer(spec: LaunchSpec, data: dict[str, Any]) -> ShimHandle:
+    """The keeper's reply to a spawn request, as `Launcher.spawn` returns or raises it."""
+    if data.get("launched"):
+        raise AlreadyLaunched(f"cannot launch {spec.run_id}: {data['error']}")
+    if data.get("not_started"):
+        raise CommandNotStarted(data["error"])
+    if "errno" in data:
+        raise SpawnRefused(data["errno"], f"cannot launch {spec.run_id}: {data['error']}")
+    if "error" in data:
+        raise LauncherError(f"cannot launch {spec.run_id}: {data['error']}")
+    return ShimHandle(pid=data["pid"], start_time=data["start_time"])
+
+
 def _keeper_argv(directory: str, fault: str = "") -> list[str]:
     """The keeper's command line: this interpreter, isolated (-I: no PYTHON*
     variables, no user site, no script directory on sys.path) and without site
@@ -746,27 +785,55 @@ class Launcher:
         lock), CommandNotStarted if the command could not be started (its
         exit record says why), any other LauncherError: nothing was started.
         """
-        for directory in (spec.attempt_dir, spec.record_dir):
-            if not os.path.isdir(directory):
-                raise LauncherError(f"{directory}: directory does not exist")
-        wire = dict(vars(spec))  # not asdict(): that deep-copies, 20-80 us per launch
-        # Records are for recovery, and the keeper outlives our cwd: no
-        # relative path. A cwd of None is ours.
-        wire["attempt_dir"] = os.path.abspath(spec.attempt_dir)
-        wire["record_dir"] = os.path.abspath(spec.record_dir)
-        wire["stdin_path"] = os.path.abspath(spec.stdin_path)
-        wire["cwd"] = os.path.abspath(spec.cwd if spec.cwd is not None else ".")
+        wire = _spawn_wire(spec)
         with self._lock:
             data = self._request({"op": "spawn", "spec": wire})
-        if data.get("launched"):
-            raise AlreadyLaunched(f"cannot launch {spec.run_id}: {data['error']}")
-        if data.get("not_started"):
-            raise CommandNotStarted(data["error"])
-        if "errno" in data:
-            raise SpawnRefused(data["errno"], f"cannot launch {spec.run_id}: {data['error']}")
-        if "error" in data:
-            raise LauncherError(f"cannot launch {spec.run_id}: {data['error']}")
-        return ShimHandle(pid=data["pid"], start_time=data["start_time"])
+        return _spawn_answer(spec, data)
+
+    def spawn_many(self, specs: Sequence[LaunchSpec]) -> list[ShimHandle | Exception | None]:
+        """`spawn` of each spec, pipelined: up to `_SPAWN_WINDOW` requests
+        are on the wire before their replies are read, so the keeper spawns
+        the next command while we encode the one after and read replies.
+
+        One answer per spec, in order: its handle, or the exception `spawn`
+        would have raised. When the connection is lost, that spec's answer
+        is LauncherLost and every later one is None: sent or not, whether
+        the keeper acted on it is unknown, so the caller asks again (and the
+        launch lock refuses an attempt that started: AlreadyLaunched).
+        """
+        answers: list[ShimHandle | Exception | None] = [None] * len(specs)
+        on_wire: list[bool] = []  # per spec sent so far: whether a request went out
+        with self._lock:
+            if self._requests is None:
+                return [LauncherError("the launcher is not started")] * len(specs)
+            fd = self._requests.fileno()
+            for index, spec in enumerate(specs):
+                try:
+                    # Encoded as it goes out: the first request leaves at once.
+                    while len(on_wire) < len(specs) and len(on_wire) - index < _SPAWN_WINDOW:
+                        ahead = len(on_wire)
+                        try:
+                            frame = _frame({"op": "spawn", "spec": _spawn_wire(specs[ahead])})
+                        except LauncherError as exc:
+                            answers[ahead] = exc
+                            on_wire.append(False)
+                            continue
+                        _write_all(fd, frame)
+                        on_wire.append(True)
+                    if not on_wire[index]:
+                        continue
+                    reply = _read_message(fd)
+                except OSError as exc:  # EPIPE, ECONNRESET: the keeper is gone
+                    answers[index] = LauncherLost(f"the run keeper is gone ({exc})")
+                    return answers
+                if reply is None:
+                    answers[index] = LauncherLost("the run keeper exited while handling a request")
+                    return answers
+                try:
+                    answers[index] = _spawn_answer(spec, json.loads(reply))
+                except OSError as exc:  # a LauncherError or SpawnRefused, as spawn() raises
+                    answers[index] = exc
+        return answers
 
     def warm(self) -> None:
         """Wake the keeper just before a due instant (a no-op round trip), so

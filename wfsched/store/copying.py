@@ -119,7 +119,10 @@ COPY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "finished_at",
         ),
     ),
-    ("applied", ("schedule_id", "revision", "applied_at")),
+    (
+        "applied",
+        ("schedule_id", "revision", "applied_at", "source_path", "source_digest"),
+    ),
 )
 """Every table with every column, parents before children."""
 

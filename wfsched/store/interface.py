@@ -581,6 +581,20 @@ class Store(Protocol):
         """Remember the revision `apply` last gave `schedule_id`."""
         ...
 
+    def record_applied(
+        self, rows: Sequence[tuple[str, int, float, str | None, str | None]]
+    ) -> None:
+        """Remember, per (schedule_id, revision, now, source_path, source_digest),
+        the revision `apply` gave a schedule and the file it came from (the
+        path and the digest of its bytes; None when not known)."""
+        ...
+
+    def applied_sources(self) -> dict[tuple[str, str], tuple[str, int]]:
+        """(source_path, source_digest) -> (schedule_id, revision) for every
+        live schedule whose revision is still the one `apply` gave it from
+        that file."""
+        ...
+
     def applied_revisions(self, schedule_ids: Iterable[str]) -> dict[str, int]:
         """The revision `apply` last gave each of `schedule_ids` that it touched."""
         ...

@@ -262,6 +262,20 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        7,
+        # A faster unchanged `apply` (issue 10): each schedule remembers the
+        # path and the digest of the file bytes that apply last wrote or found
+        # unchanged, so the next apply skips parsing and validating a file
+        # whose path and bytes are the same while the schedule still has the
+        # revision apply gave it (an `edit` or `update` since then is still
+        # detected by revision). NULL: not known; that file is parsed.
+        "apply source digests",
+        [
+            "ALTER TABLE applied ADD COLUMN source_path TEXT",
+            "ALTER TABLE applied ADD COLUMN source_digest TEXT",
+        ],
+    ),
 ]
 
 

@@ -4,7 +4,7 @@ standing, and the revision each schedule last got from `apply`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from wfsched.store.batching import chunked
 from wfsched.store.connection import Connected
@@ -89,10 +89,32 @@ class OperatorQueries(Connected):
     # -- apply's memory --------------------------------------------------------------
 
     def set_applied(self, schedule_id: str, revision: int, now: float) -> None:
-        self._execute(
-            self.dialect.upsert("applied", "schedule_id", ("revision", "applied_at")),
-            (schedule_id, revision, now),
+        self.record_applied([(schedule_id, revision, now, None, None)])
+
+    def record_applied(
+        self, rows: Sequence[tuple[str, int, float, str | None, str | None]]
+    ) -> None:
+        if rows:
+            self._execute_many(
+                self.dialect.upsert(
+                    "applied",
+                    "schedule_id",
+                    ("revision", "applied_at", "source_path", "source_digest"),
+                ),
+                rows,
+            )
+
+    def applied_sources(self) -> dict[tuple[str, str], tuple[str, int]]:
+        # Only schedules still live at the revision apply gave them: an
+        # `edit` or `update` since (a newer revision) or a delete makes the
+        # file's bytes say nothing about the stored schedule any more.
+        rows = self._execute(
+            "SELECT a.source_path, a.source_digest, a.schedule_id, a.revision FROM applied a"
+            " JOIN schedules s ON s.id = a.schedule_id"
+            " WHERE a.source_digest IS NOT NULL AND s.deleted_at IS NULL"
+            " AND s.revision = a.revision"
         )
+        return {(path, digest): (schedule, revision) for path, digest, schedule, revision in rows}
 
     def applied_revisions(self, schedule_ids: Iterable[str]) -> dict[str, int]:
         found: dict[str, int] = {}

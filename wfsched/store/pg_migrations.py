@@ -248,6 +248,16 @@ PG_MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        7,
+        # Mirrors SQLite's migration 7: the source path and digest of the
+        # file `apply` last took each schedule from.
+        "apply source digests",
+        [
+            "ALTER TABLE applied ADD COLUMN source_path TEXT",
+            "ALTER TABLE applied ADD COLUMN source_digest TEXT",
+        ],
+    ),
 ]
 
 LATEST_PG_VERSION = max(number for number, _why, _statements in PG_MIGRATIONS)
