@@ -134,8 +134,10 @@ UNDO_VERSION_5 = (
     "ALTER TABLE runs DROP COLUMN host",
     "ALTER TABLE attempts DROP COLUMN stdout_tail",
     "ALTER TABLE attempts DROP COLUMN stderr_tail",
+    "ALTER TABLE applied DROP COLUMN source_path",
+    "ALTER TABLE applied DROP COLUMN source_digest",
 )
-"""What migrations 5 and 6 added: dropping it leaves the store a version 4 wrote."""
+"""What migrations 5 to 7 added: dropping it leaves the store a version 4 wrote."""
 
 
 def test_runs_recorded_before_version_5_have_no_host(
