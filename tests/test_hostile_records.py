@@ -559,9 +559,14 @@ def test_an_adopted_launch_never_waits_for_a_launcher_again(lh: Harness) -> None
         lh.supervisor.launcher.retry_at = 0.0
         lh.tick_at(T0 + second)
     assert starts(lh) == ["run-000001"]
+    # Ended but not yet ingested: drain still finds it among its watches (a
+    # waiting one would be recorded "not started" first), and then has no
+    # drain grace to sit out.
+    lh.control.finish("run-000001")  # type: ignore[attr-defined]
     lh.supervisor.drain()
     run = lh.runs.show("run-000001")
     assert "not started" not in (run["reason"] or "")
+    assert run["state"] == "completed"
 
 
 def test_a_waiting_attempt_whose_spawn_raises_is_settled_and_the_others_launch(
