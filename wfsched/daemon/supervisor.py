@@ -60,6 +60,7 @@ from wfsched.process.launcher import (
 )
 from wfsched.store import (
     LOCK_NAME,
+    AttemptRow,
     RequestRow,
     RunRow,
     ScheduleRow,
@@ -2174,11 +2175,7 @@ class Supervisor:
         if attempt is None or attempt.state != "running":
             self.block(run.schedule_id, f"{run.run_id} is running without a running attempt record")
             return
-        handle = (
-            ShimHandle(attempt.shim_pid, attempt.shim_start_time)
-            if attempt.shim_pid is not None and attempt.shim_start_time is not None
-            else None
-        )
+        handle = _stored_handle(attempt)
         directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
         if not directory.exists():
             # Launched by a version that kept records in the attempt directory
@@ -2222,11 +2219,7 @@ class Supervisor:
         attempt = self.store.get_attempt(run.seq, run.attempt) if run.attempt else None
         if attempt is None:
             return
-        handle = (
-            ShimHandle(attempt.shim_pid, attempt.shim_start_time)
-            if attempt.shim_pid is not None and attempt.shim_start_time is not None
-            else None
-        )
+        handle = _stored_handle(attempt)
         directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
         if not directory.exists():
             return
@@ -2288,6 +2281,14 @@ class Supervisor:
                 time.sleep(min(0.05, remaining))
             else:
                 self._wait(min(0.25, remaining))
+
+
+def _stored_handle(attempt: AttemptRow) -> ShimHandle | None:
+    """The process the store says runs `attempt`, if it recorded one (a run
+    admitted but not yet spawned has none)."""
+    if attempt.shim_pid is None or attempt.shim_start_time is None:
+        return None
+    return ShimHandle(attempt.shim_pid, attempt.shim_start_time)
 
 
 def _built(spec: LaunchSpec) -> Callable[[], LaunchSpec]:
