@@ -225,6 +225,47 @@ def test_a_store_taken_while_the_connection_was_lost_stops_the_supervisor(
     assert h.run_ids() == []
 
 
+def test_a_failing_watch_during_an_episode_is_contained_and_the_exit_recorded_once(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch phase is the one that still runs while the disk is full
+    (it takes the run keeper's exit reports, no store write). An error in
+    it (a bug, a launcher client that raises) is counted under `watch`
+    and logged like any phase's; the next tick takes the report, and the
+    exit is recorded once the episode ends, exactly once."""
+    h.supervisor = supervisor(h)
+    h.tick_at(T0 - 10)
+    h.tick_at(T0)
+    assert h.run_ids() == ["run-000001"]
+    full = disk_full(h, monkeypatch)
+    h.tick_at(T0 + 1)  # the liveness stamp fails: the episode opens
+    assert h.supervisor.errors.episode is not None
+    h.control.finish("run-000001")
+    real = h.control.drain_exits
+    broken = [True]
+
+    def drain_exits() -> list[int]:
+        if broken[0]:
+            broken[0] = False
+            raise RuntimeError("the exit report could not be read")
+        return real()
+
+    monkeypatch.setattr(h.control, "drain_exits", drain_exits)
+    h.tick_at(T0 + 2)
+    assert h.supervisor.errors.counts == {"liveness": 1, "watch": 1}
+    (error,) = events(h, "tick-error")
+    assert error["phase"] == "watch" and error["reason"] == "the exit report could not be read"
+    h.tick_at(T0 + 3)  # still full: the report is taken, nothing written
+    assert h.supervisor.errors.counts["watch"] == 1
+    assert h.runs.show("run-000001")["state"] == "running"
+    full[0] = False
+    h.tick_at(T0 + 3 + FAULT_BACKOFF_MAX)
+    assert len(events(h, "fault-cleared")) == 1
+    assert h.runs.show("run-000001")["state"] == "completed"
+    assert len(events(h, "completed")) == 1
+    assert h.run_ids() == ["run-000001"]
+
+
 def test_admitted_is_logged_only_after_the_admission_commits(h: Harness) -> None:
     failed: list[str] = []
 
