@@ -14,6 +14,7 @@ from conftest import CliRun, definition_text
 
 from tests.test_supervisor_loop import T0, Harness
 from wfsched.domain.definition import parse_definition
+from wfsched.store import Store
 
 ONE_SHOT = """\
 id = "once"
@@ -420,9 +421,8 @@ def _follow_hint(run_cli: CliRun, out: str) -> list[str]:
     return words[1:]
 
 
-def _many_runs(store_path: Path) -> Harness:
+def _many_runs(h: Harness) -> Harness:
     """Runs of two schedules, interleaved, some failed: filters matter."""
-    h = _cli_harness(store_path)
     h.define("a", cron="0 * * * *")
     h.define("b", cron="0 * * * *")
     for hour in range(6):
@@ -432,6 +432,21 @@ def _many_runs(store_path: Path) -> Harness:
             h.control.finish(item["run_id"], exit_code=1 if failed else 0)
         h.tick_at(T0 + hour * 3600 + 1)
     return h
+
+
+@pytest.fixture
+def paged(
+    store_kind: str,
+    store_path: Path,
+    make_store: Callable[[Path], Store],
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Harness:
+    """`_many_runs` in the store the CLI reads, of either kind: a cursor is
+    the store's own, and the hint must reproduce the query on both."""
+    if store_kind == "postgresql":
+        monkeypatch.setenv("WFSCHED_STORE", str(request.getfixturevalue("pg_url")))
+    return _many_runs(Harness(make_store(store_path)))
 
 
 @pytest.mark.parametrize(
@@ -445,9 +460,8 @@ def _many_runs(store_path: Path) -> Harness:
     ids=" ".join,
 )
 def test_the_runs_next_page_hint_reproduces_the_same_query(
-    store_path: Path, run_cli: CliRun, query: tuple[str, ...]
+    paged: Harness, run_cli: CliRun, query: tuple[str, ...]
 ) -> None:
-    _many_runs(store_path)
     expected = json.loads(run_cli(*query, "--json")[1])
     second = json.loads(run_cli(*query, "--json", "--page", expected["next_cursor"])[1])["items"]
     assert second, "the query must have a second page"
@@ -460,9 +474,8 @@ def test_the_runs_next_page_hint_reproduces_the_same_query(
 
 
 def test_the_occurrences_next_page_hint_reproduces_the_same_query(
-    store_path: Path, run_cli: CliRun
+    paged: Harness, run_cli: CliRun
 ) -> None:
-    _many_runs(store_path)
     query = ("occurrences", "a", "--limit", "2")
     first = json.loads(run_cli(*query, "--json")[1])
     second = json.loads(run_cli(*query, "--json", "--page", first["next_cursor"])[1])
@@ -473,7 +486,7 @@ def test_the_occurrences_next_page_hint_reproduces_the_same_query(
 def test_a_next_page_hint_keeps_a_store_given_on_the_command_line(
     store_path: Path, run_cli: CliRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _many_runs(store_path)
+    _many_runs(_cli_harness(store_path))
     monkeypatch.setenv("WFSCHED_STORE", str(tmp_path / "elsewhere"))
     words = _follow_hint(run_cli, run_cli("--store", str(store_path), "runs", "--limit", "1")[1])
     assert words[:2] == ["--store", str(store_path)]
