@@ -34,6 +34,7 @@ from tests.test_resource_faults import (
     assert_audit_clean,
     assert_committed_logs,
     assert_episode,
+    assert_hook_fired_once,
     events,
     fill,
     one_shot,
@@ -61,11 +62,6 @@ def assert_ledger_complete(url: str, schedules: list[str]) -> dict[str, tuple[st
         assert len(rows) == 1, (schedule, rows)
         found[schedule] = (rows[0]["state"], rows[0]["reason"])
     return found
-
-
-def assert_hook_fired_once(out: Path, kind: str) -> None:
-    wait_for(lambda: out.exists() and f"fault {kind}" in out.read_text(), what="the fault hook")
-    assert out.read_text().count("fault ") == 1, out.read_text()
 
 
 def test_a_server_restart_is_an_episode_that_ends_by_itself(

@@ -120,6 +120,31 @@ def assert_audit_clean(store: Path) -> None:
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+def assert_hook_fired_once(out: Path, kind: str) -> None:
+    wait_for(lambda: out.exists() and f"fault {kind}" in out.read_text(), what="the fault hook")
+    assert out.read_text().count("fault ") == 1, out.read_text()
+
+
+def assert_rode_out(store: Path, exit_code: int, timeout: float) -> None:
+    """After an episode: `long`, which exited during it, failed with its
+    own exit code; `t1`, due after it, completed; `late`, due during it and
+    past its lateness when it ended, was skipped as store-unavailable."""
+    wait_for(
+        lambda: (
+            {r["schedule_id"]: r["state"] for r in runs(store)}
+            == {"long": "failed", "t1": "completed"}
+        ),
+        timeout=timeout,
+        what="both runs to end",
+    )
+    long = next(r for r in runs(store) if r["schedule_id"] == "long")
+    assert long["exit_code"] == exit_code
+    late = wfsched_json(store, "occurrences", "late")["items"]
+    assert [(row["state"], row["reason"]) for row in late] == [
+        ("skipped-misfire", "store-unavailable")
+    ]
+
+
 def test_full_disk_is_ridden_out_and_every_exit_code_recorded(
     tmpfs_store: Path, tmp_path: Path
 ) -> None:
@@ -180,8 +205,7 @@ def test_full_disk_is_ridden_out_and_every_exit_code_recorded(
         assert_committed_logs(daemon, store)
         assert wfsched_json(store, "status")["supervisor"]["fault"] is None
         assert wfsched_json(store, "status")["errors"]["last_fault"]["kind"] == "disk-full"
-        wait_for(lambda: hook_out.exists() and "fault disk-full" in hook_out.read_text())
-        assert hook_out.read_text().count("fault disk-full") == 1
+        assert_hook_fired_once(hook_out, "disk-full")
         assert_audit_clean(store)
     finally:
         (store / "filler").unlink(missing_ok=True)
@@ -276,20 +300,7 @@ def test_database_locked_past_the_busy_timeout(tmpfs_store: Path, tmp_path: Path
         assert [r["state"] for r in runs(store)] == ["running"]  # nothing admitted meanwhile
         locker.communicate("", timeout=10)
         wait_for(lambda: events(daemon, "fault-cleared"), timeout=20, what="the episode's end")
-        wait_for(
-            lambda: (
-                {r["schedule_id"]: r["state"] for r in runs(store)}
-                == {"long": "failed", "t1": "completed"}
-            ),
-            timeout=20,
-            what="both runs to end",
-        )
-        long = next(r for r in runs(store) if r["schedule_id"] == "long")
-        assert long["exit_code"] == 5
-        late = wfsched_json(store, "occurrences", "late")["items"]
-        assert [(row["state"], row["reason"]) for row in late] == [
-            ("skipped-misfire", "store-unavailable")
-        ]
+        assert_rode_out(store, 5, timeout=20)
         assert_episode(daemon, "locked", "is held locked by another process")
         assert_committed_logs(daemon, store)
         assert_audit_clean(store)
@@ -568,25 +579,11 @@ def test_io_errors_of_the_store_disk_are_ridden_out_and_every_exit_code_recorded
         set_disk_failing(image, False)
         failing = False
         wait_for(lambda: events(daemon, "fault-cleared"), timeout=30, what="the episode's end")
-        wait_for(
-            lambda: (
-                {r["schedule_id"]: r["state"] for r in runs(store)}
-                == {"long": "failed", "t1": "completed"}
-            ),
-            timeout=30,
-            what="both runs to end",
-        )
-        long = next(r for r in runs(store) if r["schedule_id"] == "long")
-        assert long["exit_code"] == 8
-        late = wfsched_json(store, "occurrences", "late")["items"]
-        assert [(row["state"], row["reason"]) for row in late] == [
-            ("skipped-misfire", "store-unavailable")
-        ]
+        assert_rode_out(store, 8, timeout=30)
         cleared = assert_episode(daemon, "io-error", "I/O error on the store's disk")
         print(f"\nMEASURE io-error: {cleared}")
         assert_committed_logs(daemon, store)
-        wait_for(lambda: hook_out.exists() and "fault io-error" in hook_out.read_text())
-        assert hook_out.read_text().count("fault ") == 1
+        assert_hook_fired_once(hook_out, "io-error")
         assert_audit_clean(store)
         assert daemon.proc.poll() is None
     finally:
@@ -690,8 +687,7 @@ def test_run_directories_remounted_read_only_then_read_write(
         cleared = assert_episode(daemon, "read-only", "is read-only: repair it and remount")
         print(f"\nMEASURE read-only: {cleared}")
         assert_committed_logs(daemon, store)
-        wait_for(lambda: hook_out.exists() and "fault read-only" in hook_out.read_text())
-        assert hook_out.read_text().count("fault ") == 1
+        assert_hook_fired_once(hook_out, "read-only")
         assert_audit_clean(store)
         assert daemon.proc.poll() is None
     finally:
