@@ -57,6 +57,24 @@ def wait_leader(url: str, daemons: list[Daemon], timeout: float = 15.0) -> Daemo
     return wait_for(find, timeout, "a leader")
 
 
+def leader_then_standby(
+    url: str,
+    leader: Host,
+    standby: Host,
+    *args: str,
+    leader_env: dict[str, str] | None = None,
+    standby_env: dict[str, str] | None = None,
+) -> tuple[Daemon, Daemon]:
+    """`leader`'s supervisor started and seen leading, then `standby`'s
+    started: the order that makes known which one leads."""
+    first = leader.supervise(url, *args, env=leader_env)
+    first.wait_started()
+    wait_leader(url, [first])
+    second = standby.supervise(url, *args, env=standby_env)
+    second.wait_started()
+    return first, second
+
+
 def ledger(url: str) -> list[tuple[str, int, str, str | None, int | None, int]]:
     """Every ledger row: (schedule, instant, state, reason, run, summary)."""
     with psycopg.connect(url, autocommit=True) as conn:

@@ -21,7 +21,16 @@ import psycopg
 import pytest
 
 from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
-from tests.ha import LEASE, Host, check_invariants, leader_pid, lease, ledger, wait_leader
+from tests.ha import (
+    LEASE,
+    Host,
+    check_invariants,
+    leader_pid,
+    leader_then_standby,
+    lease,
+    ledger,
+    wait_leader,
+)
 from tests.pgserver import SUPERUSER, PostgresServer, dbname, find_bindir
 from wfsched.errors import LeaseLost
 from wfsched.store.location import resolve_store
@@ -124,11 +133,7 @@ def test_one_leader_and_a_standby_that_takes_over_after_sigkill(
     missed at startup)."""
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     marker = tmp_path / "ran"
-    first = a.supervise(pg_url)
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url)
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b)
     try:
         epoch_before = lease(pg_url)[0]  # type: ignore[index]
         assert leader_pid(pg_url) == first.proc.pid
@@ -170,11 +175,7 @@ def test_a_sigtermed_leader_hands_over_within_a_second_and_drains_its_runs(
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     out = tmp_path / "slow"
     gate = tmp_path / "gate"
-    first = a.supervise(pg_url, "--lease", "5s", "--lease-renew", "1s")
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url, "--lease", "5s", "--lease-renew", "1s")
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b, "--lease", "5s", "--lease-renew", "1s")
     try:
         slow = write_definition(
             tmp_path / "defs",
@@ -217,11 +218,7 @@ def test_a_leader_stopped_past_its_lease_commits_nothing_after_it_wakes(
     the new leader, and the old one logs that it stands by."""
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     marker = tmp_path / "ran"
-    first = a.supervise(pg_url)
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url)
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b)
     try:
         # Stopped before the one-shot exists: however slow `create` is on a
         # busy host, the old leader cannot admit it before it is stopped.
@@ -251,11 +248,7 @@ def test_a_leader_stopped_past_its_lease_commits_nothing_after_it_wakes(
 
 def test_status_shows_the_leader_the_standbys_and_the_hosts(pg_url: str, tmp_path: Path) -> None:
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
-    first = a.supervise(pg_url)
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url)
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b)
     try:
         shown = wait_for(
             lambda: (lambda s: s if len(s["standbys"]) == 1 else None)(
@@ -285,11 +278,7 @@ def test_a_lost_host_has_its_runs_abandoned_and_a_late_exit_is_only_disclosed(
     appended to the run's reason and the run stays failed."""
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     out = tmp_path / "job"
-    first = a.supervise(pg_url, "--host-timeout", "2")
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url, "--host-timeout", "2")
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b, "--host-timeout", "2")
     try:
         job = write_definition(
             tmp_path / "defs",
@@ -359,11 +348,7 @@ def test_sigkill_of_the_leader_at_a_persistence_boundary_with_a_standby_waiting(
     the job ran at most once, and a run that ran is recorded completed."""
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     marker = tmp_path / "ran"
-    first = a.supervise(pg_url, env={"WFSCHED_FAULT": point})
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url)
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b, leader_env={"WFSCHED_FAULT": point})
     again = None
     try:
         path = one_shot(tmp_path / "defs", "x", utc_in(2), marker)
@@ -442,11 +427,7 @@ def test_store_outages_with_a_standby_waiting(
     supervisor leads."""
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     marker = tmp_path / "ran"
-    first = a.supervise(pg_url)
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url)
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b)
     name = dbname(pg_url)
     try:
         names = every_half_second(tmp_path / "defs", marker, 16, 2)
@@ -490,11 +471,9 @@ def test_the_database_restarted_in_the_middle_of_an_admission(
     start, and the job ran."""
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     marker = tmp_path / "ran"
-    first = a.supervise(pg_url, env={"WFSCHED_FAULT": "before-admission-commit:stop"})
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url)
-    second.wait_started()
+    first, second = leader_then_standby(
+        pg_url, a, b, leader_env={"WFSCHED_FAULT": "before-admission-commit:stop"}
+    )
     try:
         path = one_shot(tmp_path / "defs", "x", utc_in(2), marker, misfire="latest")
         assert wfsched(pg_url, "create", str(path)).returncode == 0
@@ -739,11 +718,7 @@ def test_a_host_back_after_its_runs_were_abandoned_discloses_their_real_end(
     real outcome to the reason; the run stays failed and is never re-run."""
     a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
     out = tmp_path / "job"
-    first = a.supervise(pg_url, "--host-timeout", "2")
-    first.wait_started()
-    wait_leader(pg_url, [first])
-    second = b.supervise(pg_url, "--host-timeout", "2")
-    second.wait_started()
+    first, second = leader_then_standby(pg_url, a, b, "--host-timeout", "2")
     again = None
     try:
         job = write_definition(
