@@ -93,6 +93,7 @@ class PostgresStore(SQLiteStore):
         assert location.conninfo is not None
         self.location = location
         self.display = location.display
+        self._schema_place = location.display
         self.root = location.local_dir
         self.db_path = self.root
         self.lock_path = self.root / LOCK_NAME
@@ -317,31 +318,6 @@ class PostgresStore(SQLiteStore):
         if not row[0]:
             return 0
         return int(self._execute(self.dialect.get_schema_version()).fetchone()[0])
-
-    def _migrate(self, version: int | None = None) -> None:
-        """Every migration above the stored version, with its version, in one
-        transaction under the write lock (two first opens cannot both migrate).
-        `version` is the stored one when the caller has just read it (a read
-        is two round trips, and every command opens a store)."""
-        migrations = sorted(self.dialect.migrations)
-        latest = migrations[-1][0]
-        if version is None:
-            version = self.schema_version
-        if version > latest:
-            raise StoreError(
-                f"{self.display}: schema version {version} is newer than this wfsched"
-                f" understands ({latest}); upgrade wfsched to use this store"
-            )
-        if version == latest:
-            return
-        with self.atomic():
-            version = self.schema_version
-            for number, _why, statements in migrations:
-                if number <= version:
-                    continue
-                for statement in statements:
-                    self._raw(statement)
-                self._raw(self.dialect.set_schema_version(number))
 
     def schema_problems(self) -> list[SchemaProblem]:
         """Compare the catalogue with what the migrations build on this server,

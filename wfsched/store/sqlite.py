@@ -136,6 +136,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         # it, never by opening the store (a reading command creates nothing).
         self._own_runs_dir = runs_dir is None
         self.display = str(self.root)
+        self._schema_place = str(self.db_path)
         if not self.db_path.exists() and not create:
             raise StoreError(f"no store at {self.root}; create a schedule there first")
         self._conn = self._connect()
@@ -164,15 +165,19 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             raise StoreError(f"{self.db_path}: not a usable wfsched database: {exc}") from exc
         return conn
 
-    def _migrate(self) -> None:
-        """Apply every migration above the stored version, in order, each
-        with its version in the same transaction (versions may skip numbers)."""
+    def _migrate(self, version: int | None = None) -> None:
+        """Every migration above the stored version, in order, each with its
+        version, in one transaction (taken under the write lock, so two first
+        opens cannot both migrate; versions may skip numbers). `version`: the
+        stored one when the caller has just read it (on a server, a read is
+        two round trips, and every command opens a store)."""
         migrations = sorted(self.dialect.migrations, key=lambda migration: migration[0])
         latest = migrations[-1][0]
-        version = self.schema_version
+        if version is None:
+            version = self.schema_version
         if version > latest:
             raise StoreError(
-                f"{self.db_path}: schema version {version} is newer than this wfsched"
+                f"{self._schema_place}: schema version {version} is newer than this wfsched"
                 f" understands ({latest}); upgrade wfsched to use this store"
             )
         if version == latest:
@@ -183,8 +188,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
                 if number <= version:
                     continue
                 for statement in statements:
-                    self._execute(statement)
-                self._execute(self.dialect.set_schema_version(number))
+                    self._raw(statement)
+                self._raw(self.dialect.set_schema_version(number))
+
+    def _raw(self, statement: str) -> None:
+        """A schema statement, run as written."""
+        self._execute(statement)
 
     def close(self) -> None:
         self._conn.close()
