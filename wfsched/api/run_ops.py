@@ -135,12 +135,7 @@ class Runs:
     def log_place(self, text: str, attempt: int | None = None) -> LogPlace:
         """Where the attempt's logs are (the latest attempt by default); an
         admitted run has none, and we do not invent them."""
-        run = self.run(text)
-        if run.attempt == 0:
-            raise NotFoundError(f"{run.run_id} has not started yet; it has no logs")
-        chosen = attempt if attempt is not None else run.attempt
-        if not 1 <= chosen <= run.attempt:
-            raise UsageError(f"{run.run_id} has attempts 1..{run.attempt}")
+        run, chosen = self._started_attempt(text, attempt)
         here = self._here(run)
         root = RunDir(self.store.runs_dir, run.run_id) if here else None
         directory = root.attempt_dir(chosen) if root else self._directory(run) / f"attempt-{chosen}"
@@ -154,6 +149,17 @@ class Runs:
             self.store.runs_dir,
             same_host=not here and (self.host is None or run.host is None or run.host == self.host),
         )
+
+    def _started_attempt(self, text: str, attempt: int | None) -> tuple[RunRow, int]:
+        """The run and the attempt asked for (its latest by default): one
+        that started, since only a started attempt has logs."""
+        run = self.run(text)
+        if run.attempt == 0:
+            raise NotFoundError(f"{run.run_id} has not started yet; it has no logs")
+        chosen = attempt if attempt is not None else run.attempt
+        if not 1 <= chosen <= run.attempt:
+            raise UsageError(f"{run.run_id} has attempts 1..{run.attempt}")
+        return run, chosen
 
     def stored_output(self, place: LogPlace) -> tuple[bytes | None, bytes | None]:
         """The last 64 KiB (OUTPUT_TAIL_BYTES) of stdout and stderr the attempt's exit
@@ -182,12 +188,7 @@ class Runs:
 
     def log_file(self, text: str, *, attempt: int | None = None, stderr: bool = False) -> Path:
         """The attempt's log; an admitted run has none, and we do not invent one."""
-        run = self.run(text)
-        if run.attempt == 0:
-            raise NotFoundError(f"{run.run_id} has not started yet; it has no logs")
-        chosen = attempt if attempt is not None else run.attempt
-        if not 1 <= chosen <= run.attempt:
-            raise UsageError(f"{run.run_id} has attempts 1..{run.attempt}")
+        run, chosen = self._started_attempt(text, attempt)
         return RunDir(self.store.runs_dir, run.run_id).log_path(
             chosen, "stderr" if stderr else "stdout"
         )
