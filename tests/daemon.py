@@ -135,6 +135,14 @@ def write_definition(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+def define(store: StoreName, tmp_path: Path, name: str, body: str) -> None:
+    """`wfsched create` of schedule `name` (`body` is the definition after its
+    id), written under `tmp_path/defs`; asserts that it was created."""
+    path = write_definition(tmp_path / "defs", name, f'id = "{name}"\n{body}')
+    result = wfsched(store, "create", str(path))
+    assert result.returncode == 0, result.stderr
+
+
 def utc_ago(seconds: float) -> str:
     """An RFC 3339 instant at least `seconds` ago (whole seconds).
 

@@ -16,11 +16,11 @@ import pytest
 from tests.daemon import (
     Daemon,
     StoreName,
+    define,
     utc_in,
     wait_for,
     wfsched,
     wfsched_json,
-    write_definition,
 )
 
 
@@ -30,12 +30,6 @@ def store(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> St
     if store_kind == "postgresql":
         return str(request.getfixturevalue("pg_url"))
     return tmp_path / "store"
-
-
-def define(store: Path, tmp_path: Path, name: str, body: str) -> None:
-    path = write_definition(tmp_path / "defs", name, f'id = "{name}"\n{body}')
-    result = wfsched(store, "create", str(path))
-    assert result.returncode == 0, result.stderr
 
 
 def run_state(store: Path, run: str) -> str:

@@ -14,19 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import Daemon, define, utc_ago, wait_for, wfsched, wfsched_json
 from wfsched.daemon.supervisor import ABANDONED
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     return tmp_path / "store"
-
-
-def define(store: Path, tmp_path: Path, name: str, body: str) -> None:
-    path = write_definition(tmp_path / "defs", name, f'id = "{name}"\n{body}')
-    result = wfsched(store, "create", str(path))
-    assert result.returncode == 0, result.stderr
 
 
 def show(store: Path, run: str) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
+from tests.daemon import Daemon, define, utc_in, wait_for, wfsched, wfsched_json
 from wfsched.daemon.metrics import reason_label
 
 
@@ -27,12 +27,6 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
 
 
 BOTH_STORES = pytest.mark.parametrize("store", ["sqlite", "postgresql"], indirect=True)
-
-
-def define(store: Path, tmp_path: Path, name: str, body: str) -> None:
-    path = write_definition(tmp_path / "defs", name, f'id = "{name}"\n{body}')
-    result = wfsched(store, "create", str(path))
-    assert result.returncode == 0, result.stderr
 
 
 def one_shot(at: str, command: str) -> str:
