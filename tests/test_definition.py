@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import re
+import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -382,6 +383,61 @@ def test_toml_syntax_errors_keep_line_and_column(text: str, where: str) -> None:
     assert error.path == ""
     assert str(error).startswith(f"{SOURCE}: invalid TOML: ")
     assert where in str(error)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'id = "x"\n[trigger\ncron = "0 * * * *"\n',
+        'id = "x"\nid = "y"\n',
+        'id = "x"\ndescription = \n',
+        "at = 2026-13-01T00:00:00Z\n",
+        'a = "\\q"\n',
+        "a = { b = 1, }\n",
+        "a = " + "[" * 3000 + "]" * 3000,
+    ],
+)
+def test_toml_errors_are_the_standard_librarys_word_for_word(text: str) -> None:
+    """The compiled parser (tomli) refuses these too, but the message shown
+    is tomllib's, as before the switch: same words, line and column."""
+    import tomli
+
+    with pytest.raises(Exception) as fast:
+        tomli.loads(text)
+    assert isinstance(fast.value, tomli.TOMLDecodeError | RecursionError)
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        expected = f"{SOURCE}: invalid TOML: {exc}"
+    except RecursionError:
+        expected = f"{SOURCE}: invalid TOML: nested too deeply"
+    assert str(rejection(text)) == expected
+
+
+def test_toml_is_parsed_by_the_compiled_parser_and_tomllib_has_the_last_word(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tomli
+
+    expected = parse(BASE)
+    text = to_toml(expected)
+    calls: list[str] = []
+    real = tomli.loads
+
+    def counted(given: str) -> dict[str, Any]:
+        calls.append(given)
+        return real(given)
+
+    monkeypatch.setattr(tomli, "loads", counted)
+    assert parse_definition(text, SOURCE, now=NOW) == expected
+    assert calls == [text]
+
+    def refusing(given: str) -> dict[str, Any]:
+        raise tomli.TOMLDecodeError("refused", given, 0)
+
+    # A file the fast parser refused but tomllib reads is read, as tomllib reads it.
+    monkeypatch.setattr(tomli, "loads", refusing)
+    assert parse_definition(text, SOURCE, now=NOW) == expected
 
 
 def test_never_fires_probe_only_runs_with_now() -> None:

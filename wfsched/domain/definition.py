@@ -95,12 +95,32 @@ def parse_definition(text: str, source: str, *, now: int | None = None) -> Defin
     """
     text = text.removeprefix(BOM)
     try:
-        document = tomllib.loads(text)
+        document = _load_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise DefinitionError(source, "", f"invalid TOML: {exc}") from None
     except RecursionError:
         raise DefinitionError(source, "", "invalid TOML: nested too deeply") from None
     return definition_from_document(document, source, now=now)
+
+
+def _load_toml(text: str) -> dict[str, Any]:
+    """The TOML document in `text`, exactly as the standard library's tomllib reads it.
+
+    tomllib is a copy of tomli (same author, same code); tomli's own wheels
+    are compiled (mypyc) and parse about twice as fast, which is most of what
+    `apply` of many new files spends. tomli is pinned below 2.4, whose
+    releases read TOML 1.1 where tomllib (Python 3.11-3.14) reads TOML 1.0.
+    Whatever tomli refuses, tomllib parses again and has the last word: its
+    document or its error (message, line and column) is the answer, so an
+    operator sees the same error text as before, and no file tomllib accepts
+    is refused.
+    """
+    import tomli  # here, not at the top: read-only commands such as `list` never parse TOML
+
+    try:
+        return tomli.loads(text)
+    except Exception:  # any refusal: the reference parser decides (see above)
+        return tomllib.loads(text)
 
 
 def load_definition_file(path: str | Path, *, now: int | None = None) -> Definition:
