@@ -157,6 +157,42 @@ def test_only_known_columns_can_be_updated(store: Store) -> None:
         store.update_attempt(seq, 1, started=2)
 
 
+def test_schedules_inserted_together_are_those_inserted_one_by_one(store: Store) -> None:
+    """apply creates its new schedules in one batch: each gets its row at
+    revision 1 and its first revision, exactly as `insert_schedule` gives."""
+    with store.atomic():
+        store.insert_schedule("one", '{"id": "one"}', T0, T0 - 1, T0 + 60)
+        store.insert_schedules(
+            [
+                ("two", '{"id": "two"}', T0, T0 - 1, T0 + 60, False),
+                ("three", '{"id": "three"}', T0 + 0.5, T0, None, True),
+            ]
+        )
+        store.insert_schedules([])
+    one, two, three = (store.get_schedule(name) for name in ("one", "two", "three"))
+    assert one is not None and two is not None and three is not None
+    assert (two.revision, two.definition, two.consumed_through, two.next_due, two.exhausted) == (
+        one.revision,
+        '{"id": "two"}',
+        one.consumed_through,
+        one.next_due,
+        one.exhausted,
+    )
+    assert (three.created_at, three.consumed_through, three.next_due, three.exhausted) == (
+        T0 + 0.5,
+        T0,
+        None,
+        True,
+    )
+    history = store.revision_history()
+    assert [(r.revision, r.definition, r.watermark) for r in history["three"]] == [
+        (1, '{"id": "three"}', T0)
+    ]
+    assert [(r.revision, r.watermark) for r in history["two"]] == [
+        (r.revision, r.watermark) for r in history["one"]
+    ]
+
+
 # -- transactions -------------------------------------------------------------------
 
 

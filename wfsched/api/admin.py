@@ -95,17 +95,7 @@ class Admin(Reads):
         return self.get(defn.id)
 
     def _insert(self, defn: Definition, now: float) -> None:
-        from wfsched.domain.calendar import calendar_for
-
-        consumed = int(now)
-        if isinstance(defn.trigger, OneShotTrigger) and defn.trigger.at <= consumed:
-            # A one-shot already past at create is accepted and left to the
-            # misfire policy: its instant must still be due, not consumed.
-            consumed = defn.trigger.at - 1
-        next_due, exhausted = next_due_after(calendar_for(defn.trigger), consumed)
-        self.store.insert_schedule(
-            defn.id, canonical_json(defn), now, consumed, next_due, exhausted
-        )
+        self.store.insert_schedules([_new_schedule(defn, now)])
 
     def update(self, defn: Definition, expected_revision: int) -> tuple[dict[str, Any], bool]:
         """Replace the definition; returns (schedule, changed?)."""
@@ -187,6 +177,7 @@ class Admin(Reads):
         )
         actions: list[ApplyAction] = []
         applied_rows: list[tuple[str, int, float, str | None, str | None]] = []
+        created: list[tuple[str, str, float, int, int | None, bool]] = []
         with self.store.atomic():
             # Read again inside the transaction: an `edit` since the first
             # read makes its file one to parse and compare after all.
@@ -204,7 +195,7 @@ class Admin(Reads):
                 if row is None:
                     actions.append(ApplyAction(schedule_id, "created", 1, source))
                     if not dry_run:
-                        self._insert(defn, now)
+                        created.append(_new_schedule(defn, now))
                         applied_rows.append((schedule_id, 1, now, source, digest))
                     continue
                 if row.deleted_at is not None:
@@ -231,6 +222,9 @@ class Admin(Reads):
                 if not dry_run:
                     self._replace(row, defn, now)
                     applied_rows.append((schedule_id, row.revision + 1, now, source, digest))
+            # New schedules touch no other row: inserted together, in the
+            # same transaction, before `applied` names them.
+            self.store.insert_schedules(created)
             self.store.record_applied(applied_rows)
             if prune:
                 for row in self.store.list_schedules():
@@ -517,6 +511,19 @@ class _Unlistable:
 
 
 _UNLISTABLE = _Unlistable()
+
+
+def _new_schedule(defn: Definition, now: float) -> tuple[str, str, float, int, int | None, bool]:
+    """The row `Store.insert_schedules` takes for a schedule created at `now`."""
+    from wfsched.domain.calendar import calendar_for
+
+    consumed = int(now)
+    if isinstance(defn.trigger, OneShotTrigger) and defn.trigger.at <= consumed:
+        # A one-shot already past at create is accepted and left to the
+        # misfire policy: its instant must still be due, not consumed.
+        consumed = defn.trigger.at - 1
+    next_due, exhausted = next_due_after(calendar_for(defn.trigger), consumed)
+    return defn.id, canonical_json(defn), now, consumed, next_due, exhausted
 
 
 def _candidate(row: ScheduleRow) -> Candidate | None:

@@ -35,6 +35,27 @@ def say(message: str) -> None:
     click.echo(printable(message))
 
 
+class Lines:
+    """Plain stdout lines written together (`say` each, then `flush`).
+
+    click.echo flushes on every call: `apply` prints a line per schedule,
+    and 10,000 writes cost more than the rest of an unchanged apply's
+    output. Flush before writing to stderr, so a terminal that shows both
+    keeps their order.
+    """
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+
+    def say(self, message: str) -> None:
+        self._lines.append(printable(message))
+
+    def flush(self) -> None:
+        if self._lines:
+            click.echo("\n".join(self._lines))
+            self._lines.clear()
+
+
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _BIDI = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 

@@ -151,12 +151,15 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
         else:
             actions = state.admin(create=True).apply(paths, prune=prune, loaded=loaded)
     tally = {"created": 0, "updated": 0, "unchanged": 0, "deleted": 0}
+    lines = output.Lines()
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
-        output.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
+        lines.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
         if action.blocked_reason and not dry_run:
+            lines.flush()
             output.still_blocked(action.schedule_id, action.blocked_reason)
         if action.outside is not None:
+            lines.flush()
             last, replaced = action.outside
             verb = "would replace" if dry_run else "replaced"
             click.echo(
@@ -165,6 +168,7 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
                 f" folder, with revision {action.revision} from {action.source}",
                 err=True,
             )
+    lines.flush()
     if not actions:
         output.say("no definitions found")
         return

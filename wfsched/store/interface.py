@@ -96,6 +96,13 @@ class Store(Protocol):
         exhausted: bool = False,
     ) -> None: ...
 
+    def insert_schedules(
+        self, rows: Sequence[tuple[str, str, float, int, int | None, bool]]
+    ) -> None:
+        """`insert_schedule` of each (schedule_id, definition, now,
+        consumed_through, next_due, exhausted), in one statement per table."""
+        ...
+
     def insert_revision(
         self, schedule_id: str, revision: int, definition: str, now: float, watermark: int
     ) -> None:

@@ -230,12 +230,32 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         next_due: int | None,
         exhausted: bool = False,
     ) -> None:
-        self._execute(
+        self.insert_schedules(
+            [(schedule_id, definition, now, consumed_through, next_due, exhausted)]
+        )
+
+    def insert_schedules(
+        self, rows: Sequence[tuple[str, str, float, int, int | None, bool]]
+    ) -> None:
+        # Two statements for the lot (apply creates thousands in one go).
+        if not rows:
+            return
+        self._execute_many(
             "INSERT INTO schedules (id, revision, definition, created_at, updated_at,"
             " consumed_through, next_due, exhausted) VALUES (?, 1, ?, ?, ?, ?, ?, ?)",
-            (schedule_id, definition, now, now, consumed_through, next_due, int(exhausted)),
+            [
+                (schedule_id, definition, now, now, consumed, next_due, int(exhausted))
+                for schedule_id, definition, now, consumed, next_due, exhausted in rows
+            ],
         )
-        self.insert_revision(schedule_id, 1, definition, now, consumed_through)
+        self._execute_many(
+            "INSERT INTO revisions (schedule_id, revision, definition, created_at, watermark)"
+            " VALUES (?, 1, ?, ?, ?)",
+            [
+                (schedule_id, definition, now, consumed)
+                for schedule_id, definition, now, consumed, _next_due, _exhausted in rows
+            ],
+        )
 
     def insert_revision(
         self, schedule_id: str, revision: int, definition: str, now: float, watermark: int
