@@ -668,3 +668,34 @@ def test_apply_skips_hidden_paths_dedupes_files_and_refuses_an_empty_prune(
     with pytest.raises(UsageError, match="refusing to --prune"):
         env.admin.apply([str(empty)], prune=True)
     assert env.row().deleted_at is None
+
+
+def test_apply_reads_files_in_path_order_and_skips_what_is_no_regular_file(
+    tmp_path: Path,
+) -> None:
+    """Files are taken in the order of their path's components below the
+    folder (`a/z.toml` before `a-b/a.toml`, though `-` sorts before `/` as
+    text); a folder named `*.toml` is entered, not read; a FIFO named
+    `*.toml` is never opened (reading it would wait forever); a linked
+    folder is not entered (a link to a folder above would never end)."""
+    import os
+
+    from wfsched.api.admin import load_sources
+
+    folder = tmp_path / "defs"
+    for name in ("a/z.toml", "a-b/a.toml", "b.toml/inner.toml", "c/d/e.toml", "b.toml0.toml"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        schedule_id = name.replace("/", "_").replace(".", "_")
+        (folder / name).write_text(
+            f'id = "{schedule_id}"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["true"]\n'
+        )
+    os.mkfifo(folder / "pipe.toml")
+    (folder / "c" / "up").symlink_to(folder)
+    sources = load_sources([str(folder)], T0, {})
+    assert list(sources.ids.values()) == [
+        str(folder / "a" / "z.toml"),
+        str(folder / "a-b" / "a.toml"),
+        str(folder / "b.toml" / "inner.toml"),
+        str(folder / "b.toml0.toml"),
+        str(folder / "c" / "d" / "e.toml"),
+    ]

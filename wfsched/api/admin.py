@@ -8,8 +8,8 @@ two serialize. The clock is injected; nothing here reads the time itself.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -449,14 +449,10 @@ def load_sources(
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            depth = len(path.parts)
-            # Sorted by parts, as Path's own order (without its per-compare cost).
-            for entry in sorted(path.rglob("*.toml"), key=lambda entry: entry.parts):
-                # Hidden folders and files (.git, editor swap files) are not definitions.
-                if not any(part.startswith(".") for part in entry.parts[depth:]):
-                    real = _real_file(str(entry), real_dirs)
-                    if real is not None:
-                        files.setdefault(real, None)
+            for entry in _toml_entries(given):
+                real = _real_file(entry, real_dirs)
+                if real is not None:
+                    files.setdefault(real, None)
         elif path.exists():
             files.setdefault(str(path.resolve()), None)
         else:
@@ -549,19 +545,51 @@ def _refuse_deleted(row: ScheduleRow, operation: str) -> None:
         )
 
 
-def _real_file(found: str, real_dirs: dict[str, str]) -> str | None:
-    """The real path of `found` if it is a file (None otherwise), resolving
+def _toml_entries(folder: str) -> list[os.DirEntry[str]]:
+    """The `*.toml` entries under `folder`, recursively, sorted by their
+    path's components below it (the order of pathlib's `Path.parts`).
+
+    Hidden folders and files (.git, editor swap files) are not definitions
+    and are not entered. Linked folders are not entered either (a link to
+    a folder above would never end), and a folder that cannot be listed is
+    passed over, as pathlib's `rglob` did. One `scandir` per folder, and
+    the type of each entry comes with it: walking 10,000 files through
+    pathlib cost a fifth of an unchanged apply.
+    """
+    found: list[tuple[tuple[str, ...], os.DirEntry[str]]] = []
+    pending: list[tuple[str, tuple[str, ...]]] = [(folder, ())]
+    while pending:
+        directory, parts = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except PermissionError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            below = (*parts, entry.name)
+            if entry.name.endswith(".toml"):
+                found.append((below, entry))
+            with suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, below))
+    found.sort(key=lambda item: item[0])
+    return [entry for _parts, entry in found]
+
+
+def _real_file(entry: os.DirEntry[str], real_dirs: dict[str, str]) -> str | None:
+    """The real path of `entry` if it is a file (None otherwise), resolving
     each folder once: a file that is no symlink lies in its folder's real
     path, and resolving every file anew walks its whole path per file."""
     try:
-        mode = os.lstat(found).st_mode
+        if entry.is_symlink():
+            return os.path.realpath(entry.path) if os.path.isfile(entry.path) else None
+        if not entry.is_file(follow_symlinks=False):
+            return None
     except OSError:
         return None
-    if stat.S_ISLNK(mode):
-        return os.path.realpath(found) if os.path.isfile(found) else None
-    if not stat.S_ISREG(mode):
-        return None
-    folder, name = os.path.split(found)
+    folder, name = os.path.split(entry.path)
     parent = real_dirs.get(folder)
     if parent is None:
         parent = real_dirs[folder] = os.path.realpath(folder or ".")
