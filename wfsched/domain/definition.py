@@ -249,7 +249,12 @@ def canonical_json(defn: Definition) -> str:
     Two definitions are "unchanged" for `apply` exactly when these strings are
     equal, so keys are sorted and the output is compact and ASCII-stable.
     """
-    return json.dumps(defn.to_document(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(defn.to_document())
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""What `json.dumps` with these options builds anew on every call (an
+encoder holds only its options): `apply` encodes every new definition."""
 
 
 def _schedule_id(value: object, source: str, stored: bool) -> str:
