@@ -547,7 +547,9 @@ def _duration(
 
 def _table(value: object, source: str, path: str, allowed: Sequence[str]) -> dict[str, Any]:
     """A table with known keys only; null members are dropped (absent)."""
-    if not isinstance(value, Mapping):
+    # `type(...) is dict` first: both shapes read here are plain dicts, and
+    # the ABC check alone costs more than the rest for a small table.
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise DefinitionError(source, path or "<document>", "must be a table")
     for key in value:
         if key not in allowed:
@@ -555,7 +557,9 @@ def _table(value: object, source: str, path: str, allowed: Sequence[str]) -> dic
             raise DefinitionError(
                 source, where, f"unknown key; valid keys here: {', '.join(allowed)}"
             )
-    return {k: v for k, v in value.items() if v is not None}
+    if None in value.values():
+        return {k: v for k, v in value.items() if v is not None}
+    return dict(value)
 
 
 def _drop_empty(document: dict[str, Any]) -> dict[str, Any]:
