@@ -7,7 +7,9 @@ processes are faked. No sleeps: time moves when a test moves it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import select
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import pytest
 from tests.fakes import Clock, FakeControl, write_exit_record
 from wfsched.api.admin import Admin
 from wfsched.api.run_ops import Runs
-from wfsched.daemon.supervisor import ABANDONED, Supervisor
+from wfsched.daemon.supervisor import ABANDONED, STAMP_INTERVAL, Supervisor
+from wfsched.daemon.wakeup import Waiter
 from wfsched.domain.config import SupervisorConfig
 from wfsched.domain.definition import parse_definition
 from wfsched.store import SQLiteStore, Store
@@ -804,6 +807,108 @@ class TestQuietTicks:
         q.supervisor.wake_now = True  # an exit or a signal woke the loop
         self.idle(q, T0 - 10)
         assert "pending_requests" in seen
+
+
+class TestIdleSleep:
+    """An idle loop stamps liveness every STAMP_INTERVAL seconds and, with
+    the store's commit watch, sleeps until then (or the due instant) rather
+    than every poll interval; another connection's commit makes the watch
+    readable, which wakes the loop to a full tick at once."""
+
+    @pytest.fixture
+    def q(self, tmp_path: Path) -> Iterator[Harness]:
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        self.watch = h.supervisor.watch_commits()
+        assert self.watch is not None
+        TestQuietTicks.idle(h, T0 - 40)  # a full tick, stamped
+        yield h
+        self.watch.close()
+
+    def readable(self) -> bool:
+        assert self.watch is not None
+        return bool(select.select([self.watch.fileno()], [], [], 0)[0])
+
+    def another_connection_triggers(self, q: Harness, root: Path) -> int:
+        other = SQLiteStore(root)
+        seq = Runs(other, q.clock).request_trigger("a")
+        other.close()
+        return seq
+
+    def test_quiet_ticks_stamp_once_per_stamp_interval(self, q: Harness) -> None:
+        stamps = []
+        for second in range(1, 11):
+            q.clock.set(T0 - 40 + second)
+            q.supervisor.tick()
+            stamps.append(float(q.store.get_meta("last_tick_at") or 0) - (T0 - 40))
+        assert stamps == [0, 0, 0, 0, 5, 5, 5, 5, 5, 10]
+        q.supervisor.announce()
+        assert q.store.get_meta("stamp_interval") == repr(STAMP_INTERVAL)
+
+    def test_an_idle_loop_sleeps_until_its_next_stamp_or_the_due_instant(self, q: Harness) -> None:
+        assert q.supervisor._sleep_seconds() == (STAMP_INTERVAL, False)
+        TestQuietTicks.idle(q, T0 - 37)  # woken early (a spare event): no stamp
+        assert q.supervisor._sleep_seconds() == (2.0, False)
+        TestQuietTicks.idle(q, T0 - 5)
+        assert q.supervisor._sleep_seconds() == (5.0, True)  # the pre-wake stays
+        TestQuietTicks.idle(q, T0 - 3)
+        assert q.supervisor._sleep_seconds() == (3.0, True)
+
+    def test_its_own_writes_leave_the_watch_quiet(self, q: Harness) -> None:
+        TestQuietTicks.idle(q, T0 - 30)  # a quiet tick that stamps
+        assert not self.readable()
+        q.supervisor._prewake()  # the durable stamp just before an instant
+        assert not self.readable()
+
+    def test_a_request_wakes_the_sleep_and_is_answered_by_the_next_tick(
+        self, q: Harness, tmp_path: Path
+    ) -> None:
+        seq = self.another_connection_triggers(q, tmp_path / "store")
+        assert self.readable()
+        waiter = Waiter()
+        try:
+            waiter.watch(self.watch.fileno())  # type: ignore[union-attr]
+            q.supervisor._wait_until_due(waiter, 30.0, False)  # returns at once
+        finally:
+            waiter.close()
+        assert q.supervisor.wake_now
+        TestQuietTicks.idle(q, T0 - 39)
+        assert q.store.get_request(seq).state == "done"  # type: ignore[union-attr]
+        assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in q.control.spawned] == ["a"]
+
+    def test_a_commit_during_the_tick_is_not_slept_through(
+        self, q: Harness, tmp_path: Path
+    ) -> None:
+        q.clock.set(T0 - 30)
+        q.supervisor.tick()
+        seq = self.another_connection_triggers(q, tmp_path / "store")
+        # Its event is drained with the tick's own; the counter still tells.
+        assert q.supervisor._sleep_seconds() == (1.0, False)
+        q.clock.set(T0 - 29)
+        q.supervisor.tick()
+        assert q.store.get_request(seq).state == "done"  # type: ignore[union-attr]
+
+    def test_the_sleep_ends_when_systemd_is_owed_a_watchdog_message(self, q: Harness) -> None:
+        q.supervisor._watchdog_due = time.monotonic() + 2.5
+        timeout, due = q.supervisor._sleep_seconds()
+        assert 1.0 < timeout <= 2.5 and not due
+
+    def test_without_a_commit_watch_the_loop_wakes_every_poll_interval(
+        self, tmp_path: Path
+    ) -> None:
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        TestQuietTicks.idle(h, T0 - 40)
+        assert h.supervisor._sleep_seconds() == (1.0, False)
+        h.supervisor.observer.paces_ticks = True  # /healthz counts ticks
+        assert h.supervisor.watch_commits() is None
+
+
+def test_a_store_without_a_change_counter_stamps_every_tick(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "store")
+    h.supervisor.store.changes = lambda: None  # type: ignore[method-assign]
+    h.supervisor.announce()
+    assert h.store.get_meta("stamp_interval") == "1.0"
 
 
 def test_the_schedules_of_the_next_instant_are_parsed_while_waiting_for_it(h: Harness) -> None:

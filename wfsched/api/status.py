@@ -4,8 +4,8 @@ Read-only. Whether a supervisor runs is answered by the kernel's lock table
 (`wfsched.store.ownership.holder`), never by taking the lock: even a brief probe
 could make a supervisor that is starting at that moment fail. The meta keys
 the supervisor writes (`pid`, `started_at`, `last_tick_at`, `poll_interval`,
-`max_concurrent_runs`, epoch floats as strings; `tick_errors`, JSON) only
-describe it.
+`stamp_interval`, `max_concurrent_runs`, epoch floats as strings;
+`tick_errors`, JSON) only describe it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from wfsched.store.runtime_file import read_fault
 DEFAULTS = SupervisorConfig()
 """Reported (capacity) or used for staleness (interval) when the supervisor
 did not record its own."""
-STALE_AFTER_POLLS = 3
+STALE_AFTER_STAMPS = 3
 CLOCK_WARNING = 1.0
 """Seconds a host's clock may differ from the database's before `status` warns."""
 
@@ -33,7 +33,10 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
     """The status object (DESIGN section 8), with a few added fields.
 
     `supervisor.stale` is true when a process holds the lock but has not
-    ticked for three poll intervals: alive but stuck (or its clock jumped).
+    stamped a tick for three stamp intervals: alive but stuck (or its clock
+    jumped). An idle supervisor on a SQLite store stamps every 5 s (its
+    `stamp_interval`), a busy one every tick; one that recorded no stamp
+    interval (an older version) stamped every poll interval.
     `fault` is the supervisor's open fault episode (kind, error, since,
     phase), read from its runtime file (wfsched.store.runtime_file) because the store
     may be unwritable while it lasts; null when there is none.
@@ -49,6 +52,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
                 "started_at",
                 "last_tick_at",
                 "poll_interval",
+                "stamp_interval",
                 "max_concurrent_runs",
                 TICK_ERRORS_KEY,
                 "launcher_state",
@@ -68,6 +72,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
     poll_interval = _number(meta["poll_interval"]) or DEFAULTS.poll_interval
+    stamp_interval = max(poll_interval, _number(meta["stamp_interval"]) or 0.0)
     capacity = _number(meta["max_concurrent_runs"])
     running = pid is not None
     seen = last_tick_at if last_tick_at is not None else started_at
@@ -76,7 +81,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         running
         and fault is None
         and seen is not None
-        and clock() - seen > STALE_AFTER_POLLS * poll_interval
+        and clock() - seen > STALE_AFTER_STAMPS * stamp_interval
     )
     return {
         "supervisor": {

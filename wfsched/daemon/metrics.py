@@ -245,6 +245,9 @@ class _Family:
 class Metrics(Observer):
     """The supervisor's metrics observer (loop thread) and its published snapshot."""
 
+    paces_ticks = True
+    """/healthz and the stall alert judge the loop by three poll intervals."""
+
     def __init__(
         self,
         *,

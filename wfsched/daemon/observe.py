@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 
 class Observer:
+    paces_ticks = False
+    """Whether something judges the loop by a tick every poll interval (the
+    metrics' health check): the loop then never sleeps longer while idle."""
+
     def started(self, store: Store) -> None:
         """Ownership taken, before recovery: derive what the store already holds."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import signal
 import tempfile
@@ -70,6 +71,7 @@ from wfsched.store import (
     resolve_store,
     run_id,
 )
+from wfsched.store.commit_watch import CommitWatch
 from wfsched.store.ownership import Ownership
 from wfsched.store.resource_faults import classify, probe_directory
 from wfsched.store.rows import Invocation
@@ -110,6 +112,14 @@ RETENTION_BATCH = 50
 RETENTION_INTERVAL = 60.0
 CACHE_SWEEP_INTERVAL = 3600.0
 """Seconds (monotonic) between sweeps of the per-schedule caches (`_sweep_caches`)."""
+STAMP_INTERVAL = 5.0
+"""Seconds between liveness stamps while ticks are quiet (a store with a
+change counter; never below the poll interval). The supervisor records it
+as `stamp_interval`; `status` calls it stale after three of them. A full
+tick stamps as it ends, whatever the interval."""
+STAMP_SLACK = 0.01
+"""A quiet tick this close to its stamp's time stamps (its sleep was timed
+to end there, by another clock)."""
 _DURING_FAULTS = ("watch", "metrics")
 """The phases that run through a store fault episode: taking the launcher's
 exit reports (no store write) and the metrics refresh (reads only; it keeps
@@ -321,6 +331,14 @@ class Supervisor:
         """The due instant whose schedules were warmed (see `_read_next_due`)."""
         self._tick_changes: int | None = None
         """The store's change counter as the last full tick began."""
+        self._commits: CommitWatch | None = None
+        """While serving a store that has one and no health check paces the
+        loop: readable once another connection may have committed, so an
+        idle loop sleeps past the poll interval (see `_idle_sleep`)."""
+        self._stamped_at = -math.inf
+        """When the last liveness stamp was written (this clock)."""
+        self._watchdog_due: float | None = None
+        """When the loop owes systemd its next WATCHDOG=1 (monotonic)."""
         self._burst_rest: list[str] = []
         """Due schedules a burst's last tick left undecided (`_start_burst`)."""
         self._chunk = FIRST_CHUNK
@@ -365,6 +383,7 @@ class Supervisor:
                 started_at=repr(now),
                 last_tick_at=repr(now),
                 poll_interval=repr(self.config.poll_interval),
+                stamp_interval=repr(self._stamp_interval(quiet=self.store.changes() is not None)),
                 max_concurrent_runs=str(self.config.max_concurrent_runs),
                 host_timeout=repr(self.config.host_timeout),
                 **{META_KEY: self.errors.to_meta()},
@@ -390,14 +409,17 @@ class Supervisor:
         waiter.watch(self.control.fileno())
         if self.leadership.fenced:
             waiter.watch(self.leadership.wake_fd)
-        watchdog_due = time.monotonic()
+        commits = self.watch_commits()
+        if commits is not None:
+            waiter.watch(commits.fileno())
         while not self.stop_requested:
             tick_started = time.monotonic()
             self.tick()
             self._phase("metrics", self.observer.ticked, time.monotonic() - tick_started)
-            if self.notifier.watchdog_interval and time.monotonic() >= watchdog_due:
+            interval = self.notifier.watchdog_interval
+            if interval and time.monotonic() >= (self._watchdog_due or 0.0):
                 self.notifier.send("WATCHDOG=1")
-                watchdog_due = time.monotonic() + self.notifier.watchdog_interval
+                self._watchdog_due = time.monotonic() + interval
             episode = self.errors.episode
             timing: tuple[float, bool] | None
             if episode is not None and episode.holds_store:
@@ -412,6 +434,9 @@ class Supervisor:
         self.leadership.stop(release=True)
         waiter.close()
         self._waiter = None
+        if commits is not None:
+            self._commits = None
+            commits.close()
         self.leadership.close()
 
     def resynchronise(self) -> None:
@@ -533,6 +558,9 @@ class Supervisor:
         While idle, the schedule due next gets its definition parsed and its
         calendar built, so the tick at its instant admits without that cost.
         """
+        if self._commits is not None:
+            # Our own writes of this tick: events from here on are others'.
+            self._commits.drain()
         if self.wake_now:
             self.wake_now = False
             return 0.0, False
@@ -542,15 +570,58 @@ class Supervisor:
         # While quiet, nothing changed since the next due instant was read.
         quiet = self._quiet_due
         next_due = quiet[0] if quiet is not None else self._read_next_due()
+        now = self.clock()
+        if self._commits is not None:
+            timeout = max(timeout, self._idle_sleep(now))
         if next_due is None:
             return timeout, False
-        until_due = next_due - self.clock()
+        until_due = next_due - now
         if next_due != self._warmed_for and until_due <= WARM_AHEAD:
             # Everything due with it, once per instant: a burst then decides
             # from parsed definitions and built calendars.
             self._warmed_for = next_due
             self._warm(self.store.due_schedules(next_due, limit=WARM_LIMIT))
         return max(0.0, min(timeout, until_due)), until_due <= timeout
+
+    def _idle_sleep(self, now: float) -> float:
+        """How long an idle loop may sleep, woken by the commit watch: until
+        the next liveness stamp, retention or watchdog message is owed; 0
+        when it is not idle or another connection committed since the last
+        full tick read its work (the next tick reads it at once)."""
+        quiet = self._quiet_due
+        if quiet is None or not self._idle():
+            return 0.0
+        try:
+            if self.store.changes() != quiet[1]:
+                return 0.0
+        except Exception:
+            return 0.0  # the next tick is a full one and counts the error
+        until = self._stamped_at + self._stamp_interval(quiet=True) - now
+        if self.config.retention is not None:
+            until = min(until, self._next_retention - now)
+        if self._watchdog_due is not None:
+            until = min(until, self._watchdog_due - time.monotonic())
+        return max(0.0, until)
+
+    def _stamp_owed(self, now: float) -> bool:
+        """Whether a quiet tick stamps: the interval is up, give or take the
+        millisecond an epoll timeout is rounded to."""
+        return now >= self._stamped_at + self._stamp_interval(quiet=True) - STAMP_SLACK
+
+    def _stamp_interval(self, *, quiet: bool) -> float:
+        """Seconds between liveness stamps: every poll interval unless ticks
+        can be quiet (see STAMP_INTERVAL)."""
+        if not quiet:
+            return self.config.poll_interval
+        return max(self.config.poll_interval, STAMP_INTERVAL)
+
+    def watch_commits(self) -> CommitWatch | None:
+        """Open the store's commit watch unless a health check judges the
+        loop by its ticks every poll interval (metrics' /healthz)."""
+        if self.observer.paces_ticks:
+            return None
+        self._commits = self.store.watch_commits()
+        return self._commits
 
     def _read_next_due(self) -> int | None:
         """The next due instant; remembered for the quiet ticks (`_quiet`)
@@ -580,6 +651,10 @@ class Supervisor:
     def _prewake(self) -> None:
         if self.leading:
             self._phase("liveness", self._stamp, True)
+            if self._commits is not None:
+                # Its own stamp must not end the sleep to the instant early;
+                # the instant's tick reads everything anyway.
+                self._commits.drain()
         self.control.warm()
 
     # -- one tick -------------------------------------------------------------------
@@ -599,7 +674,7 @@ class Supervisor:
         now = self.clock()
         self._phase("leadership", self._follow_lease)
         if self._quiet(now):
-            if self.leading:
+            if self.leading and self._stamp_owed(now):
                 self._phase("liveness", self._stamp)
             return
         self._quiet_due = None  # read again by `_sleep_seconds` after this tick
@@ -636,18 +711,7 @@ class Supervisor:
         due = self._quiet_due
         if (
             due is None
-            or self.wake_now
-            or self.watches
-            or self._reaped
-            or self._hook_pids
-            or self._unlaunched
-            or self._notices
-            or self._rejected
-            or self._burst_rest
-            or self.draining
-            or not self.launcher.up
-            or self.errors.episode is not None
-            or self.hooks.busy
+            or not self._idle()
             or (due[0] is not None and now >= due[0])
             or (self.config.retention is not None and now >= self._next_retention)
         ):
@@ -659,6 +723,23 @@ class Supervisor:
             # phase, which counts the error (it never ends the supervisor).
             return False
         return changes is not None and changes == due[1]
+
+    def _idle(self) -> bool:
+        """Nothing in flight or in memory that a tick must look at."""
+        return not (
+            self.wake_now
+            or self.watches
+            or self._reaped
+            or self._hook_pids
+            or self._unlaunched
+            or self._notices
+            or self._rejected
+            or self._burst_rest
+            or self.draining
+            or not self.launcher.up
+            or self.errors.episode is not None
+            or self.hooks.busy
+        )
 
     def _phase(self, name: str, action: Callable[..., T], *args: Any) -> T | None:
         """Run one phase; contain what it raises (a store error, a bug).
@@ -804,7 +885,8 @@ class Supervisor:
 
     def _stamp(self, durable: bool = False) -> None:
         """The liveness stamp `status` reads, with the contained-error counts."""
-        values = {"last_tick_at": repr(self.clock())}
+        now = self.clock()
+        values = {"last_tick_at": repr(now)}
         if self.errors.changed:
             values[META_KEY] = self.errors.to_meta()
         if durable:
@@ -813,6 +895,7 @@ class Supervisor:
         else:
             self.store.touch_meta(**values)
         self.errors.changed = False
+        self._stamped_at = now
 
     def retain(self, now: float) -> None:
         """Automatic retention: a small bounded prune per call, at most once a

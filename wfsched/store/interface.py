@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from wfsched.store.commit_watch import CommitWatch
 from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.metrics_queries import LedgerCount, RunCount, RunFact
 from wfsched.store.rows import (
@@ -266,6 +267,12 @@ class Store(Protocol):
 
     def changes(self) -> int | None:
         """Changes whenever another connection commits; None if unknown."""
+        ...
+
+    def watch_commits(self) -> CommitWatch | None:
+        """A watch readable when another connection may have committed
+        (`changes()` then says whether it did); None if commits can land
+        unseen (another host's), so the supervisor polls."""
         ...
 
     def get_meta(self, key: str) -> str | None: ...

@@ -297,6 +297,10 @@ class PostgresStore(SQLiteStore):
         tick reads its work from the store."""
         return None
 
+    def watch_commits(self) -> None:
+        """None: another host's commits leave no trace on this one."""
+        return None
+
     def touch_meta(self, **values: str) -> None:
         """The liveness stamp without waiting for the WAL flush (see SQLiteStore)."""
         with self.atomic():

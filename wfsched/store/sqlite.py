@@ -23,6 +23,7 @@ from typing import Any
 from wfsched.errors import NotFoundError, StoreError
 from wfsched.store.audit_queries import AuditQueries
 from wfsched.store.batching import chunked
+from wfsched.store.commit_watch import CommitWatch
 from wfsched.store.copying import CopyQueries
 from wfsched.store.dialect import SQLITE
 from wfsched.store.lease import HostRow, LeaseRow
@@ -670,6 +671,11 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         leave it alone): an idle supervisor asks it instead of reading its
         work from the store every tick."""
         return int(self._execute("PRAGMA data_version").fetchone()[0])
+
+    def watch_commits(self) -> CommitWatch | None:
+        """inotify on the store's directory: every writer of a WAL database
+        is on this host (wfsched.store.commit_watch)."""
+        return CommitWatch.open(self.root)
 
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
