@@ -1041,6 +1041,29 @@ def test_status_sees_the_lock_holder_and_a_stale_tick(
     assert as_json(run_cli("status", "--json")[1])["supervisor"]["running"] is False
 
 
+def test_status_judges_staleness_by_the_stamp_interval_the_supervisor_recorded(
+    run_cli: CliRun, created, store_path: Path
+) -> None:
+    """An idle supervisor stamps every `stamp_interval` (5 s), not every
+    poll interval: stale only after three of those."""
+    created("watched")
+    with opened(store_path) as store, store.atomic():
+        store.set_meta(
+            started_at=repr(CLI_NOW - 100),
+            last_tick_at=repr(CLI_NOW - 14),
+            poll_interval="1.0",
+            stamp_interval="5.0",
+        )
+    owner = take_ownership(store_path)
+    try:
+        assert as_json(run_cli("status", "--json")[1])["supervisor"]["stale"] is False
+        with opened(store_path) as store, store.atomic():
+            store.set_meta(last_tick_at=repr(CLI_NOW - 16))
+        assert as_json(run_cli("status", "--json")[1])["supervisor"]["stale"] is True
+    finally:
+        owner()
+
+
 def test_status_on_a_fresh_machine_creates_nothing(run_cli: CliRun, store_path: Path) -> None:
     info = as_json(run_cli("status", "--json")[1])
     assert info["supervisor"]["running"] is False and info["next_due"] is None

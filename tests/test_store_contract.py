@@ -7,6 +7,7 @@ adds a param to `store_backend` and must pass every case here unchanged.
 
 from __future__ import annotations
 
+import select
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -530,3 +531,29 @@ def test_a_run_row_says_whether_it_is_manual_and_its_occurrence(store: Store) ->
     assert (scheduled.is_manual, manual.is_manual) == (False, True)
     assert run_occurrence_id(scheduled) == "s@20260528T202740Z"
     assert run_occurrence_id(manual) is None
+
+
+def test_the_commit_watch_sees_every_commit_another_connection_makes(
+    store: Store, store_backend: Backend
+) -> None:
+    """A watch exists only where the change counter sees every commit (a
+    SQLite store, written from this host alone): it is readable after
+    another connection commits, and `changes()` then differs. Elsewhere
+    there is no watch and the supervisor polls."""
+    watch = store.watch_commits()
+    if store.changes() is None:
+        assert watch is None
+        return
+    assert watch is not None
+    try:
+        before = store.changes()
+        watch.drain()
+        assert not select.select([watch.fileno()], [], [], 0)[0]
+        other = store_backend.open()
+        add_schedule(other)
+        other.close()
+        assert select.select([watch.fileno()], [], [], 0)[0]
+        assert watch.drain() and not watch.drain()
+        assert store.changes() != before
+    finally:
+        watch.close()

@@ -857,6 +857,7 @@ class TestIdleSleep:
     def test_its_own_writes_leave_the_watch_quiet(self, q: Harness) -> None:
         TestQuietTicks.idle(q, T0 - 30)  # a quiet tick that stamps
         assert not self.readable()
+        q.clock.set(T0 - 0.02)
         q.supervisor._prewake()  # the durable stamp just before an instant
         assert not self.readable()
 
