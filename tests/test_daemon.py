@@ -206,6 +206,35 @@ def test_trigger_cancel_and_resume_through_the_cli(store: Path, tmp_path: Path) 
         daemon.stop()
 
 
+def test_an_idle_supervisor_stays_alive_in_status_and_sees_an_edit(
+    store: Path, tmp_path: Path
+) -> None:
+    """Idle on SQLite, the loop sleeps until its next liveness stamp (5 s):
+    `status` judges it by the stamp interval it recorded, so it is never
+    stale meanwhile, and a request still reaches the loop at once (the
+    commit wakes it)."""
+    define(store, tmp_path, "idle", '[trigger]\ncron = "0 0 1 1 *"\n[run]\ncommand = ["true"]\n')
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        seen: set[str] = set()
+        stale = []
+
+        def stamped_three_times() -> bool:
+            supervisor = wfsched_json(store, "status", "--json")["supervisor"]
+            stale.append(supervisor["stale"])
+            seen.add(supervisor["last_tick_at"])
+            return len(seen) >= 3
+
+        wait_for(stamped_three_times, timeout=30, what="three liveness stamps")
+        assert not any(stale)
+        # The command waits up to 5 s for the loop's answer.
+        triggered = wfsched(store, "trigger", "idle")
+        assert triggered.returncode == 0 and "run-000001" in triggered.stdout
+    finally:
+        daemon.stop()
+
+
 def test_trigger_without_a_supervisor_waits_and_says_so(store: Path, tmp_path: Path) -> None:
     out = tmp_path / "ran"
     define(
