@@ -26,7 +26,11 @@ then scrapes after `wfsched pause` of one schedule (its series re-rendered by
 the renderer thread on that tick).
 
 Targets (issue): supervisor CPU < 0.5 % of one core, RSS < 100 MB; with
---metrics a scrape of 10,000 schedules < 20 ms.
+--metrics a scrape of 10,000 schedules < 20 ms. With 1,000 schedules or
+fewer and no --metrics, also issue 10's: <= 10 ms of CPU per minute (from
+/proc/<pid>/task/*/schedstat, nanoseconds: utime+stime count 10 ms ticks)
+and RSS <= 28 MB. Wake-ups per minute are the main thread's voluntary
+context switches.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from common import (
     cli,
     cpu_seconds,
     cron_definition,
+    exact_cpu_seconds,
     load_note,
     metrics_url,
     report_log_problems,
@@ -58,6 +63,7 @@ from common import (
     stop_supervisor,
     summary_ms,
     temp_store,
+    wakeups,
     write_definitions,
 )
 
@@ -176,6 +182,7 @@ def main() -> int:
             time.sleep(args.warmup)
             server = children(sup.pid)
             cpu0, t0 = cpu_seconds(sup.pid), time.monotonic()
+            exact0, wakes0 = exact_cpu_seconds(sup.pid), wakeups(sup.pid)
             srv0 = cpu_seconds(server[0]) if server else 0.0
             rss, srv_rss = [], []
             while time.monotonic() - t0 < args.seconds:
@@ -184,11 +191,13 @@ def main() -> int:
                 if server:
                     srv_rss.append(rss_kib(server[0]))
             cpu1, t1 = cpu_seconds(sup.pid), time.monotonic()
+            exact1, wakes1 = exact_cpu_seconds(sup.pid), wakeups(sup.pid)
             srv1 = cpu_seconds(server[0]) if server else 0.0
             if args.metrics:
                 scrapes = time_scrapes(sup, store, args.scrapes)
             db = SQLiteStore(store, create=False)
             last_tick = float(db.get_meta("last_tick_at") or 0)
+            stamp_interval = db.get_meta("stamp_interval")
             runs = len(db.list_runs(limit=10))
             db.close()
         finally:
@@ -199,6 +208,12 @@ def main() -> int:
             f"\nsupervisor pid {sup.pid}: CPU {cpu1 - cpu0:.3f}s over {span:.1f}s ="
             f" {cpu_pct:.3f}% of one core; RSS max {max(rss) / 1024:.1f} MB"
             f" (last {rss[-1] / 1024:.1f} MB)"
+        )
+        per_minute = (exact1 - exact0) / span * 60
+        print(
+            f"supervisor CPU per minute (schedstat, all threads): {per_minute * 1e3:.2f} ms;"
+            f" {(wakes1 - wakes0) / span * 60:.1f} wake-ups per minute;"
+            f" stamp_interval recorded: {stamp_interval}"
         )
         if server:
             print(
@@ -212,6 +227,10 @@ def main() -> int:
         report_log_problems(sup)
         verdicts.check("supervisor CPU", cpu_pct, 0.5, "%", ".3f")
         verdicts.check("supervisor RSS", max(rss) / 1024, 100, "MB")
+        if args.schedules <= 1000 and not args.metrics:
+            # Issue 10's targets, stated for 1,000 dormant schedules.
+            verdicts.check("supervisor CPU per minute", per_minute * 1e3, 10, "ms", ".2f")
+            verdicts.check("supervisor RSS (issue 10)", max(rss) / 1024, 28, "MB")
         verdicts.require("nothing ran", runs == 0, f"{runs} runs")
         if scrapes:
             verdicts.check(
