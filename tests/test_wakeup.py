@@ -47,6 +47,24 @@ def test_a_watched_fd_ends_the_wait_at_once(waiter: Waiter) -> None:
         os.close(write_end)
 
 
+def test_a_watched_fd_with_a_drain_is_drained_by_the_wait_it_ends(waiter: Waiter) -> None:
+    """The store's commit watch stays readable until read: the wait it ends
+    reads it, so the next wait (a drain's, a fault episode's) sleeps."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    drained: list[bytes] = []
+    try:
+        waiter.watch(read_end, lambda: drained.append(os.read(read_end, 64)))
+        os.write(write_end, b"x")
+        assert waiter.wait(30, never) is True
+        assert drained == [b"x"]
+        assert waiter.wait(0.01, never) is False
+    finally:
+        waiter.unwatch(read_end)
+        os.close(read_end)
+        os.close(write_end)
+
+
 def test_a_signal_ends_the_wait_at_once(waiter: Waiter) -> None:
     previous = signal.signal(signal.SIGUSR1, lambda *_: None)
     try:

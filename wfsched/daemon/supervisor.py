@@ -411,7 +411,7 @@ class Supervisor:
             waiter.watch(self.leadership.wake_fd)
         commits = self.watch_commits()
         if commits is not None:
-            waiter.watch(commits.fileno())
+            waiter.watch(commits.fileno(), commits.drain)
         while not self.stop_requested:
             tick_started = time.monotonic()
             self.tick()

@@ -52,8 +52,11 @@ class Waiter:
         self.overslept = 0.0
         """How much later than asked the last wait returned (negative: early)."""
 
-    def watch(self, fd: int) -> None:
-        self._selector.register(fd, selectors.EVENT_READ)
+    def watch(self, fd: int, drain: Callable[[], object] | None = None) -> None:
+        """Wake when `fd` is readable. With `drain`, the wait that it woke
+        calls it (an fd that stays readable until read, like the store's
+        commit watch, would otherwise end every later wait at once)."""
+        self._selector.register(fd, selectors.EVENT_READ, drain)
 
     def unwatch(self, fd: int) -> None:
         """Stop watching `fd` (before it is closed); unknown fds are ignored."""
@@ -72,6 +75,8 @@ class Waiter:
             if key.fd == self._wakeup_read:
                 with contextlib.suppress(BlockingIOError):
                     os.read(key.fd, 512)
+            elif key.data is not None:
+                key.data()
         return bool(events)
 
     def wait_until_due(
