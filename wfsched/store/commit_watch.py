@@ -14,12 +14,12 @@ other files of the directory (a spare look). Without inotify (another
 kernel, no watches left) there is no watch and the supervisor polls.
 
 Python's standard library has no inotify binding and the package takes no
-new dependency for two system calls: they are called through ctypes.
+new dependency for two system calls: they are called through ctypes,
+imported when a supervisor opens the watch (no other command pays for it).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 from pathlib import Path
 
@@ -39,6 +39,8 @@ class CommitWatch:
     @classmethod
     def open(cls, directory: Path) -> CommitWatch | None:
         """The watch, or None where inotify is not to be had."""
+        import ctypes
+
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             init, add = libc.inotify_init1, libc.inotify_add_watch

@@ -25,9 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from wfsched.store.commit_watch import CommitWatch
 from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.metrics_queries import LedgerCount, RunCount, RunFact
 from wfsched.store.rows import (
@@ -45,6 +44,9 @@ from wfsched.store.rows import (
     ScheduleRow,
     SchemaProblem,
 )
+
+if TYPE_CHECKING:
+    from wfsched.store.commit_watch import CommitWatch
 
 
 class Store(Protocol):

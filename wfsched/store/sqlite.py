@@ -18,12 +18,11 @@ import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wfsched.errors import NotFoundError, StoreError
 from wfsched.store.audit_queries import AuditQueries
 from wfsched.store.batching import chunked
-from wfsched.store.commit_watch import CommitWatch
 from wfsched.store.copying import CopyQueries
 from wfsched.store.dialect import SQLITE
 from wfsched.store.lease import HostRow, LeaseRow
@@ -39,6 +38,9 @@ from wfsched.store.rows import (
     ScheduleRow,
 )
 from wfsched.store.worded import WordedConnection
+
+if TYPE_CHECKING:
+    from wfsched.store.commit_watch import CommitWatch
 
 DB_NAME = "wfsched.db"
 LOCK_NAME = "supervisor.lock"
@@ -675,6 +677,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     def watch_commits(self) -> CommitWatch | None:
         """inotify on the store's directory: every writer of a WAL database
         is on this host (wfsched.store.commit_watch)."""
+        from wfsched.store.commit_watch import CommitWatch
+
         return CommitWatch.open(self.root)
 
     def get_meta(self, key: str) -> str | None:
