@@ -18,7 +18,7 @@ import pytest
 from tests.fakes import Clock, FakeControl, write_exit_record
 from wfsched.api.admin import Admin
 from wfsched.api.run_ops import Runs
-from wfsched.daemon.supervisor import ABANDONED, STAMP_INTERVAL, Supervisor
+from wfsched.daemon.supervisor import ABANDONED, STAMP_INTERVAL, LauncherHealth, Supervisor
 from wfsched.daemon.wakeup import Waiter
 from wfsched.domain.config import SupervisorConfig
 from wfsched.domain.definition import parse_definition
@@ -337,9 +337,7 @@ class TestRecovery:
         h.define("a", cron="0 * * * *")
         h.clock.set(T0)
         # Admission committed, then the crash: no run directory, no attempt.
-        h.supervisor.fault = _crash_at("after-admission-commit")
-        with pytest.raises(_Crash):
-            h.supervisor.tick()
+        admit_then_crash(h)
         assert h.runs.show("run-000001")["state"] == "admitted"
         h.supervisor = h.new_supervisor()
         h.supervisor.recover()
@@ -504,6 +502,23 @@ def _crash_at(point: str):  # type: ignore[no-untyped-def]
     return hook
 
 
+def admit_then_crash(h: Harness, crash: type[BaseException] = _Crash) -> None:
+    """One tick at the clock's instant that admits its due runs and dies right
+    after the admission commit, leaving them admitted and unmarked. With a
+    launcher up the first attempt is marked in that same commit, so the
+    launcher is down here (nothing marked, nothing started): the way a
+    scheduled run stays admitted across a crash."""
+    h.supervisor.launcher = LauncherHealth(up=False, since=h.clock(), retry_at=float("inf"))
+
+    def hook(reached: str) -> None:
+        if reached == "after-admission-commit":
+            raise crash(reached)
+
+    h.supervisor.fault = hook
+    with pytest.raises(crash):
+        h.supervisor.tick()
+
+
 def _burst(
     tmp_path: Path, make_store: Callable[[Path], Store], n: int, **config: object
 ) -> Harness:
@@ -605,9 +620,14 @@ def test_a_pause_committed_between_two_chunks_is_seen_by_the_next(
     assert [reason for _, _, reason in h.history("s010")] == ["pause"]  # the pause decided it
 
 
-def test_a_crash_between_chunks_runs_every_admitted_run_once(
+def test_a_crash_between_chunks_runs_nothing_twice_and_loses_nothing_silently(
     tmp_path: Path, make_store: Callable[[Path], Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The supervisor dies right after the second chunk's commit, which
+    admitted its runs and marked their first attempts: the first chunk runs
+    on, the second is failed as abandoned (marked, so it may have started:
+    never run again), and the instants no chunk decided fall under the
+    startup rule."""
     from wfsched.daemon import supervisor
 
     monkeypatch.setattr(supervisor, "BURST_SLICE", 3600.0)
@@ -626,19 +646,72 @@ def test_a_crash_between_chunks_runs_every_admitted_run_once(
     first = supervisor.FIRST_CHUNK
     assert len(h.control.spawned) == first
     states = [run.state for run in h.store.list_runs(limit=100)]
-    assert sorted(states) == ["admitted"] * 2 * first + ["running"] * first
+    assert states == ["running"] * 3 * first
     h.supervisor = h.new_supervisor(max_concurrent_runs=200)
     h.supervisor.recover()
     h.tick_at(T0 + 0.5)
     h.tick_at(T0 + 0.6)
-    # The committed chunks run once each; the instants no chunk decided
-    # before the crash fall under the startup rule (misfire = "skip").
-    admitted = [f"s{number:03d}" for number in range(3 * first)]
-    assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned) == admitted
-    assert len({spec.run_id for spec, _ in h.control.spawned}) == 3 * first
+    launched = [f"s{number:03d}" for number in range(first)]
+    assert sorted(spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned) == launched
     for number in range(30):
-        states = [state for _, state, _ in h.history(f"s{number:03d}")]
-        assert states == (["running"] if number < 3 * first else ["skipped-misfire"])
+        history = h.history(f"s{number:03d}")
+        if number < first:
+            assert [state for _, state, _ in history] == ["running"]
+        elif number < 3 * first:
+            assert [(state, reason) for _, state, reason in history] == [("failed", ABANDONED)]
+        else:
+            assert [state for _, state, _ in history] == ["skipped-misfire"]
+
+
+def test_a_rolled_back_admission_leaves_directories_the_next_one_rewrites(h: Harness) -> None:
+    """The run's directories are made inside the admission's transaction
+    (its first attempt is marked in it): a crash before the commit leaves
+    them behind for a run the store never knew, whose command never started.
+    The restart admits the instant again (misfire = "latest"); on SQLite
+    the run takes the same seq and its directories are prepared again over
+    what was left (here a damaged input), never trusted as they were."""
+    h.define("a", '[policy]\nmisfire = "latest"\nlateness = "1h"\n', cron="0 * * * *")
+    h.clock.set(T0)
+    h.supervisor.fault = _crash_at("before-admission-commit")
+    with pytest.raises(_Crash):
+        h.supervisor.tick()
+    assert h.store.list_runs(limit=10) == []
+    left = h.store.runs_dir / "run-000001"
+    assert (h.store.root / "records" / "run-000001" / "attempt-1").is_dir()
+    left.joinpath("input.json").write_text("{damaged")
+    h.supervisor = h.new_supervisor()
+    h.supervisor.recover()
+    h.tick_at(T0 + 1)
+    ((spec, _),) = h.control.spawned
+    reused = type(h.store) is SQLiteStore  # a PostgreSQL sequence never goes back
+    assert spec.run_id == ("run-000001" if reused else "run-000002")
+    assert json.loads(Path(spec.stdin_path).read_text()) == {}
+    h.control.finish(spec.run_id)
+    h.tick_at(T0 + 2)
+    assert [state for _, state, _ in h.history("a")] == ["completed"]
+
+
+def test_a_crash_after_the_admission_commit_fails_the_marked_run_never_runs_it(
+    h: Harness,
+) -> None:
+    """With a launcher up, the commit that admits a run also marks its first
+    attempt: a crash right after it leaves an attempt that may have started,
+    as far as the store can tell. Recovery fails it as abandoned (with the
+    disclosure) and never launches it."""
+    h.define("a", '[policy]\nmisfire = "latest"\nlateness = "1h"\n', cron="0 * * * *")
+    h.clock.set(T0)
+    h.supervisor.fault = _crash_at("after-admission-commit")
+    with pytest.raises(_Crash):
+        h.supervisor.tick()
+    run = h.runs.show("run-000001")
+    assert (run["state"], [a["state"] for a in run["attempts"]]) == ("running", ["running"])
+    assert h.control.spawned == []
+    h.supervisor = h.new_supervisor()
+    h.supervisor.recover()
+    h.tick_at(T0 + 1)
+    h.tick_at(T0 + 2)
+    assert h.control.spawned == []
+    assert h.history("a") == [(iso(T0), "failed", ABANDONED)]
 
 
 def test_a_corrupt_stored_definition_blocks_only_its_schedule(h: Harness) -> None:
@@ -699,9 +772,7 @@ def test_an_admitted_run_shows_no_invented_output(h: Harness) -> None:
 
     h.define("a", cron="0 * * * *")
     h.clock.set(T0)
-    h.supervisor.fault = _crash_at("after-admission-commit")
-    with pytest.raises(_Crash):
-        h.supervisor.tick()
+    admit_then_crash(h)
     run = h.runs.show("run-000001")
     assert run["state"] == "admitted"
     assert (run["exit_code"], run["started_at"], run["finished_at"]) == (None, None, None)
@@ -728,9 +799,7 @@ def test_cancel_of_an_interrupted_run_fails_it_and_frees_its_overlap_slot(h: Har
 def test_cancel_of_an_admitted_run_never_launches_it(h: Harness) -> None:
     h.define("a", cron="0 * * * *")
     h.clock.set(T0)
-    h.supervisor.fault = _crash_at("after-admission-commit")
-    with pytest.raises(_Crash):
-        h.supervisor.tick()
+    admit_then_crash(h)
     h.supervisor = h.new_supervisor()
     h.supervisor.recover()
     h.runs.request_cancel("run-000001")

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import CliRun
 
-from tests.test_supervisor_loop import MINUTE, T0, Harness, iso
+from tests.test_supervisor_loop import MINUTE, T0, Harness, admit_then_crash, iso
 from wfsched.api.status import status
 from wfsched.domain.definition import parse_definition
 
@@ -28,20 +27,11 @@ class Crash(BaseException):
     not an error a tick phase contains)."""
 
 
-def crash_at(point: str) -> Callable[[str], None]:
-    def hook(reached: str) -> None:
-        if reached == point:
-            raise Crash(reached)
-
-    return hook
-
-
 def admitted_then_blocked(h: Harness) -> None:
     """Schedule `a` gets its T0 run admitted, the supervisor dies before the
     launch, and the restarted supervisor's recovery blocks `a`."""
-    h.supervisor.fault = crash_at("after-admission-commit")
-    with pytest.raises(Crash):
-        h.tick_at(T0)
+    h.clock.set(T0)
+    admit_then_crash(h, Crash)
     assert h.runs.show("run-000001")["state"] == "admitted"
     h.supervisor = h.new_supervisor(max_concurrent_runs=1)
     h.supervisor.recover()
@@ -112,9 +102,8 @@ def test_an_admitted_run_with_attempt_rows_is_never_launched_after_resume(
 ) -> None:
     h = Harness(tmp_path / "s", max_concurrent_runs=1)
     h.define("a", cron="0 * * * *")
-    h.supervisor.fault = crash_at("after-admission-commit")
-    with pytest.raises(Crash):
-        h.tick_at(T0)
+    h.clock.set(T0)
+    admit_then_crash(h, Crash)
     with h.store.atomic():  # contradicting records: admitted, yet attempt 1 exists
         h.store.insert_attempt(1, 1, T0)
         h.store.update_run(1, attempt=1)

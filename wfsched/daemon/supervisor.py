@@ -154,6 +154,10 @@ forever it would be pending forever, and its operator would never learn why."""
 LOST_LAUNCH_TRIES = 3
 """Launches of one attempt that may each lose the launcher having started
 nothing; the attempt then fails as never started (no replacement storm)."""
+Prepared = tuple[RunRow, Invocation, RunDir, Path]
+"""A run ready to be marked: its invocation, its run directory, its
+attempt's record directory."""
+
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
 
@@ -968,12 +972,20 @@ class Supervisor:
         while True:
             size = self._chunk
             self._chunk = min(size * 2, LAUNCH_CHUNK)
-            burst, admitted = self._admission_chunk(now, instant_now, burst, size)
-            if admitted:
+            burst, admitted, marked = self._admission_chunk(now, instant_now, burst, size)
+            if marked:
+                # Marked with their admission: spawned now, each settled per
+                # run whatever fails (the commit's fault point included).
+                points = ("after-admission-commit", "after-attempt-mark")
+                self._phase("launch", self._start_marked, marked, 1, NO_RESUME_INPUT, points)
+            elif admitted:
                 self.fault("after-admission-commit")
+            done = {run.seq for run, *_ in marked}
+            unmarked = [run for run in admitted if run.seq not in done]
+            if unmarked:
                 # A failed launch is the launch phase's: the admissions stand,
                 # and the launch phase looks for them again next tick.
-                self._phase("launch", self._launch_runs, admitted)
+                self._phase("launch", self._launch_runs, unmarked)
             if not burst.ids:
                 self._chunk = FIRST_CHUNK  # the burst is over
                 return
@@ -990,9 +1002,11 @@ class Supervisor:
 
     def _admission_chunk(
         self, now: float, instant_now: int, burst: _Burst | None, size: int
-    ) -> tuple[_Burst, list[RunRow]]:
+    ) -> tuple[_Burst, list[RunRow], list[Prepared]]:
         """One transaction: up to `size` admissions (the first chunk also
-        reads what is due); logged and owed hooks only once it committed."""
+        reads what is due), their first attempts marked with them (see
+        `_mark_with_admission`; the runs so marked are returned too); logged
+        and owed hooks only once it committed."""
         late_reason = "store-unavailable" if self._admission_failed else "late"
         if self._failover_pending and not self._admission_failed:
             late_reason = FAILOVER
@@ -1005,6 +1019,7 @@ class Supervisor:
                     burst = self._start_burst(instant_now)
                 admitted = self._decide_chunk(burst, now, instant_now, size, late_reason)
                 self._focus = {}  # the commit is every schedule's
+                marked = self._mark_with_admission(admitted)
                 if admitted:
                     self.fault("before-admission-commit")
             lines, self._deferred = self._deferred, None
@@ -1016,7 +1031,7 @@ class Supervisor:
         self._failover_pending = False
         self._rejected.extend(self._rejections)  # committed: their hooks are owed
         self._rejections = []
-        return burst, admitted
+        return burst, admitted, marked
 
     def _start_burst(self, instant_now: int) -> _Burst:
         """What this tick decides: the due schedules in round-robin order,
@@ -1373,33 +1388,25 @@ class Supervisor:
             "runs": ",".join(run.run_id for run in runs),
             "request": answer.seq if answer else None,
         }
-        prepared: list[tuple[RunRow, Invocation, RunDir, Path]] = []
+        prepared: list[Prepared] = []
         failure: Exception | None = None
         for run in runs:
             # One run that cannot be prepared (or failed) never holds up the rest.
             try:
                 invocation = run.frozen
-                rundir = RunDir(self.store.runs_dir, run.run_id)
                 try:
-                    rundir.prepare(invocation.input)
-                    rundir.prepare_attempt(attempt, resume_input)
-                    records = prepare_record_dir(
-                        attempt_record_dir(self.store.root, run.run_id, attempt)
-                    )
+                    prepared.append(self._prepare(run, invocation, attempt, resume_input))
                 except Exception as exc:
                     if classify(exc, self.store.root) is not None:
                         raise  # a full or read-only disk: not this run's fault
                     why = f"cannot prepare its directories: {describe(exc)}"
                     self._unprepared(run, attempt, answer, why)
-                    continue
             except Exception as exc:
                 if classify(exc, self.store.root) is not None:
                     # A fault episode: nothing is marked, every run stays
                     # admitted and launches once it ends.
                     raise
                 failure = failure or exc  # left as it was: retried next tick
-                continue
-            prepared.append((run, invocation, rundir, records))
         if not prepared:
             if failure is not None:
                 raise failure
@@ -1421,14 +1428,67 @@ class Supervisor:
                     self.store.finish_request(
                         answer.seq, "done", f"{run.run_id} attempt {attempt}", started
                     )
-        # From the mark on, every attempt is watched until its end is recorded:
-        # whatever fails from here is settled per run, as a lost launch is.
+        points = ("after-resume-mark",) if attempt > 1 else ("after-attempt-mark",)
+        self._start_marked(prepared, attempt, resume_input, points, failure)
+
+    def _prepare(
+        self, run: RunRow, invocation: Invocation, attempt: int, resume_input: Any
+    ) -> Prepared:
+        """The run's directory, its attempt's directory and its record
+        directory, each created or checked (an OSError if a job left
+        something in the way)."""
+        rundir = RunDir(self.store.runs_dir, run.run_id)
+        rundir.prepare(invocation.input)
+        rundir.prepare_attempt(attempt, resume_input)
+        records = prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
+        return run, invocation, rundir, records
+
+    def _mark_with_admission(self, runs: list[RunRow]) -> list[Prepared]:
+        """Inside the admission's transaction: prepare each admitted run's
+        directories and mark its first attempt, so one commit (one fsync)
+        makes the run both admitted and marked before its command starts.
+
+        Directories prepared for a transaction that then rolls back (a crash
+        or an error before the commit) stay behind, for a run the store never
+        knew and whose command never started (nothing is spawned before the
+        commit); on SQLite the next admission takes the same seq again and
+        `_prepare` reuses them (each step is idempotent). A run that cannot
+        be prepared here, for any reason, is left admitted and unmarked: the
+        usual launch after the commit tries again and settles it (fails it
+        closed, or opens a fault episode), exactly as before."""
+        if not runs or self._launch_held():
+            return []
+        prepared: list[Prepared] = []
+        for run in runs:
+            with contextlib.suppress(Exception):
+                prepared.append(self._prepare(run, run.frozen, 1, NO_RESUME_INPUT))
+        if prepared:
+            self.fault("after-run-dir")
+            started = self.clock()
+            # The run's host was set when it was inserted, by this supervisor.
+            self.store.mark_attempts([(run.seq, 1, started, started) for run, *_ in prepared])
+        return prepared
+
+    def _start_marked(
+        self,
+        prepared: list[Prepared],
+        attempt: int,
+        resume_input: Any,
+        points: tuple[str, ...],
+        failure: Exception | None = None,
+    ) -> None:
+        """Spawn attempts whose marks committed. From the mark on, every
+        attempt is watched until its end is recorded: whatever fails from
+        here (a fault point in `points` too) is settled per run, as a lost
+        launch is."""
+        self._focus = {"runs": ",".join(run.run_id for run, *_ in prepared)}
         watches = [
             Watch(run.seq, run.schedule_id, attempt, records, None, False)
             for run, _, _, records in prepared
         ]
         try:
-            self.fault("after-resume-mark" if attempt > 1 else "after-attempt-mark")
+            for point in points:
+                self.fault(point)
         except Exception as exc:
             for watch in watches:
                 self._launch_failed(watch, exc)
