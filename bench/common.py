@@ -178,7 +178,8 @@ def start_supervisor(
     if wake_early is not None:
         patch = (
             "import sys, time, wfsched.daemon.wakeup as w;"
-            " w.Waiter.__init__.__defaults__ = (float(sys.argv.pop(1)), time.monotonic);"
+            " d = w.Waiter.__init__.__defaults__;"
+            " w.Waiter.__init__.__defaults__ = (float(sys.argv.pop(1)), *d[1:]);"
             " from wfsched.entry import main; sys.argv[0] = 'wfsched'; main()"
         )
         prefix = [sys.executable, "-c", patch, repr(wake_early)]

@@ -136,3 +136,35 @@ def test_close_unhooks_the_signal_wakeup() -> None:
     made = Waiter()
     made.close()
     assert signal.set_wakeup_fd(-1) == -1
+
+
+@pytest.mark.parametrize(
+    ("early", "timeout", "epoll"), [(0.0, 0.0105, [0.009]), (0.005, 0.0205, [0.0155, 0.004])]
+)
+def test_the_last_milliseconds_before_a_due_instant_are_slept_to_the_microsecond(
+    early: float, timeout: float, epoll: list[float]
+) -> None:
+    """epoll's timeout is whole milliseconds rounded up, so a wake at the
+    instant was up to a millisecond late: epoll now sleeps to within one or
+    two milliseconds of it (after the prewake, when there is one) and a
+    nanosecond-timer sleep does the rest. The clock here stands still, so
+    the plain sleep is asked for everything epoll was not."""
+    now = 100.0
+    slept: list[float] = []
+    waiter = Waiter(early=early, monotonic=lambda: now, sleep=slept.append)
+    selects: list[float | None] = []
+    real = waiter._selector.select
+
+    def select(timeout: float | None = None) -> list[object]:
+        selects.append(timeout)
+        return real(0)
+
+    waiter._selector.select = select  # type: ignore[method-assign]
+    prewakes: list[int] = []
+    try:
+        assert waiter.wait_until_due(timeout, True, never, lambda: prewakes.append(1)) is False
+    finally:
+        waiter.close()
+    assert selects == [pytest.approx(t) for t in epoll]
+    assert slept == [pytest.approx(early or timeout)]
+    assert prewakes == ([1] if early else [])

@@ -2,8 +2,11 @@
 across attempts, and one `attempt-N/` per attempt (the command's logs); and,
 apart from them, `records/<run-id>/attempt-N/` for the run keeper's records.
 
-Files are written after the admission commit; the database stays the
-authority, the directory is the run's working material. The job may write
+Files are written before the attempt's mark commits (for a scheduled run,
+inside its admission's transaction, so a rollback can leave them for a seq
+the store never knew: every step here is idempotent, and the next run with
+that seq prepares them again); the database stays the authority, the
+directory is the run's working material. The job may write
 anything under its run directory (it is told where it is), so nothing the
 supervisor trusts lives there: the keeper's records (launch lock, started and
 exit records) are in the store's private `records/` tree (mode 0700), which
