@@ -557,3 +557,25 @@ def test_the_commit_watch_sees_every_commit_another_connection_makes(
         assert store.changes() != before
     finally:
         watch.close()
+
+
+def test_started_pids_are_noted_in_a_commit_of_their_own_and_durability_comes_back(
+    store: Store,
+) -> None:
+    """The pids are noted without an fsync (the keeper's started record is the
+    durable copy), in a commit of their own or in the caller's transaction;
+    the commits after it are fsync'd again (SQLite: synchronous back to FULL)."""
+    add_schedule(store)
+    seq = admit(store, "s", T0 + 60)
+    with store.atomic():
+        store.mark_attempts([(seq, 1, T0 + 61, T0 + 61)])
+    store.note_shim_handles([(seq, 1, 4242, 99)])
+    noted = store.get_attempt(seq, 1)
+    assert noted is not None and (noted.shim_pid, noted.shim_start_time) == (4242, 99)
+    with store.atomic():
+        store.note_shim_handles([(seq, 1, 4343, 100)])
+        store.set_meta(after="1")
+    again = store.get_attempt(seq, 1)
+    assert again is not None and (again.shim_pid, store.get_meta("after")) == (4343, "1")
+    if type(store) is SQLiteStore:
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL

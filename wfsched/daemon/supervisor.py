@@ -1580,16 +1580,17 @@ class Supervisor:
         self._notices.append(Notice(run, attempt, reason, None))
 
     def _store_handles(self, handles: list[tuple[int, ShimHandle]]) -> None:
+        """The started pids, in one commit without an fsync (see
+        `note_shim_handles`: the keeper's started record is the durable one)."""
         if not handles:
             return
-        with self.store.atomic():
-            self.store.set_shim_handles(
-                [
-                    (seq, watch.attempt, handle.pid, handle.start_time)
-                    for seq, handle in handles
-                    if (watch := self.watches.get(seq)) is not None
-                ]
-            )
+        self.store.note_shim_handles(
+            [
+                (seq, watch.attempt, handle.pid, handle.start_time)
+                for seq, handle in handles
+                if (watch := self.watches.get(seq)) is not None
+            ]
+        )
 
     def _spec(
         self,

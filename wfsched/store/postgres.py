@@ -307,6 +307,12 @@ class PostgresStore(SQLiteStore):
             self._raw("SET LOCAL synchronous_commit = off")
             self.set_meta(**values)
 
+    def note_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+        """The started pids without waiting for the WAL flush (see SQLiteStore)."""
+        with self.atomic():
+            self._raw("SET LOCAL synchronous_commit = off")
+            self.set_shim_handles(handles)
+
     # -- schema --------------------------------------------------------------------
 
     @property

@@ -556,6 +556,24 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             [(pid, start_time, seq, attempt) for seq, attempt, pid, start_time in handles],
         )
 
+    def note_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+        """`set_shim_handles` committed without an fsync (as `touch_meta`):
+        the stored pid only saves a read of the keeper's started record
+        (`shim.json`, written before the command starts), which recovery
+        reads when no pid is stored. A supervisor crash loses nothing (the
+        commit is in the WAL); a power cut that loses it also ended the run,
+        and recovery then finds what the records say. Its fsync came right
+        after every spawn, before the next chunk of a burst."""
+        if self._conn.in_transaction:
+            self.set_shim_handles(handles)
+            return
+        self._execute("PRAGMA synchronous = NORMAL")
+        try:
+            with self.atomic():
+                self.set_shim_handles(handles)
+        finally:
+            self._execute("PRAGMA synchronous = FULL")
+
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - _ATTEMPT_MUTABLE
         if unknown:
