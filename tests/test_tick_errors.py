@@ -218,19 +218,47 @@ def test_admission_failure_rolls_back_and_admits_once_next_tick(
     assert len(h.control.spawned) == 1
 
 
-def test_a_failed_launch_after_the_admission_committed_launches_once_later(
+def test_a_failed_mark_rolls_its_admission_back_and_the_next_tick_admits_once(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A scheduled run's first attempt is marked in its admission's
+    transaction: a store error there rolls the admission back with it (the
+    instant is still due), and the next tick admits, marks and launches it
+    once."""
     fail(h, monkeypatch, "mark_attempts")
     h.tick_at(T0)
-    assert h.runs.show("run-000001")["state"] == "admitted"
+    assert h.store.list_runs(limit=10) == []
     assert h.control.spawned == []
-    assert h.supervisor.errors.counts == {"launch": 1}
-    assert tick_errors(h)[0]["runs"] == "run-000001"
+    assert h.supervisor.errors.counts == {"admission": 1}
     h.tick_at(T0 + 1)
     h.tick_at(T0 + 2)
     assert h.runs.show("run-000001")["state"] == "running"
     assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001"]
+    assert [state for _, state, _ in h.history("a")] == ["running"]
+
+
+def test_a_failed_launch_after_the_admission_committed_launches_once_later(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manual run is admitted by its request's transaction and marked by a
+    second one: a store error in the mark leaves it admitted (the request
+    answered), and the launch phase launches it once."""
+    h.tick_at(T0 + 1)
+    seq = h.runs.request_trigger("a")
+    fail(h, monkeypatch, "mark_attempts")
+    # This tick's launch phase held back, to see the state between the two.
+    h.supervisor.launch_admitted = lambda: None  # type: ignore[method-assign]
+    h.tick_at(T0 + 2)
+    assert h.runs.show("run-000002")["state"] == "admitted"
+    assert h.store.get_request(seq).state == "done"  # type: ignore[union-attr]
+    assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001"]
+    assert h.supervisor.errors.counts == {"launch": 1}
+    assert tick_errors(h)[0]["runs"] == "run-000002"
+    del h.supervisor.launch_admitted
+    h.tick_at(T0 + 3)
+    h.tick_at(T0 + 4)
+    assert h.runs.show("run-000002")["state"] == "running"
+    assert [spec.run_id for spec, _ in h.control.spawned] == ["run-000001", "run-000002"]
 
 
 def test_a_failed_request_stays_pending_and_is_answered_once(
