@@ -111,6 +111,7 @@ class _Run:
     retry_at: float = 0.0
     retry_delay: float = _RECORD_RETRY_FIRST
     wake_at: float | None = None  # its live entry in Keeper.timers
+    queued: bool = False  # its exit record is in Keeper.pending (this turn's batch)
 
 
 @dataclass
@@ -538,6 +539,8 @@ class Keeper:
 
     def _schedule(self, run: _Run, now: float) -> None:
         """(Re)arm the run's timer at its earliest deadline."""
+        if run.queued:
+            return  # its record is written this turn; a failure re-arms it
         if run.record is not None:
             deadlines = [run.retry_at]
         else:
@@ -558,7 +561,7 @@ class Keeper:
     def _visit(self, run: _Run, now: float) -> None:
         if run.record is not None:
             if now >= run.retry_at:
-                self.pending.append(run)
+                self._queue(run)
                 return  # the batch re-arms it if the disk still refuses
         else:
             if run.terminating is None and run.timeout_at is not None and now >= run.timeout_at:
@@ -611,6 +614,13 @@ class Keeper:
             "finished_at": time.time(),
             "run_id": run.spec.run_id,
         }
+        self._queue(run)
+
+    def _queue(self, run: _Run) -> None:
+        """Into this turn's batch, once: its live timer entry goes stale (an
+        earlier timeout or log check must not queue it a second time)."""
+        run.queued = True
+        run.wake_at = None
         self.pending.append(run)
 
     def _write_batch(self, now: float) -> None:
@@ -637,6 +647,7 @@ class Keeper:
         )
         self.fault("keeper-after-exit-record")
         for run, exc in zip(batch, failures, strict=True):
+            run.queued = False
             if exc is not None:
                 if exc.errno in _RECORD_RETRY_ERRNOS:
                     run.retry_at = now + run.retry_delay

@@ -941,10 +941,12 @@ class Launcher:
         return live
 
     def alive(self, handle: ShimHandle) -> bool:
-        """Whether that command is still parented by our keeper with its exit
-        not yet recorded: the keeper writes the record before it reaps the
-        command, so a zombie child of the keeper counts as alive. A command
-        whose keeper died is not alive, whatever it still does."""
+        """Whether that command is still a child of our keeper (a zombie the
+        keeper has not reaped yet counts). The keeper reaps a command before
+        its exit record is on disk (records are written in batches), so
+        False is not "ended and recorded": the launch lock (`launch_locked`),
+        held until the record is on disk, says that. A command whose keeper
+        died is not alive, whatever it still does."""
         stat = _read_stat(handle.pid)
         if stat is None or stat[2] != handle.start_time or self._keeper_pid is None:
             return False
