@@ -444,8 +444,10 @@ def test_started_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None
 
     (tmp_path / "go").touch()
     assert wait_exit(spec).outcome == "exited"
-    wait_for(lambda: not launcher.alive(handle), what="the run to end")
-    assert not launch_locked(spec.record_dir)
+    # The command is reaped before its record's batch is on disk; the lock
+    # goes only after that, so a free lock means an ended, recorded run.
+    wait_for(lambda: not launch_locked(spec.record_dir), what="the lock to be released")
+    assert not launcher.alive(handle)
     assert launcher.list_live() == []
     assert process_start_time(2**22 + 1) is None
     assert not launcher.alive(ShimHandle(2**22 + 1, 1))
