@@ -494,6 +494,7 @@ KEEPER_KILLED = {
     "keeper-after-spawn": ("failed", [0, 1], "external effects may already have happened"),
     "keeper-after-reply": ("failed", [0, 1], "external effects may already have happened"),
     "keeper-before-exit-record": ("failed", [1], "external effects may already have happened"),
+    "keeper-exit-record-renamed": ("completed", [1], None),
     "keeper-after-exit-record": ("completed", [1], None),
 }
 
@@ -573,6 +574,72 @@ def _state(pid: int) -> str:
             return stat.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize(
+    ("point", "recorded"),
+    [
+        ("keeper-before-exit-record", 0),
+        ("keeper-exit-record-renamed", 1),
+        ("keeper-after-exit-record", 2),
+    ],
+)
+def test_keeper_killed_inside_a_batch_of_exit_records_loses_or_doubles_nothing(
+    tmp_path: Path, point: str, recorded: int
+) -> None:
+    """Two runs end while their keeper is stopped, so it reaps both in one
+    turn and writes their exit records as one batch; it is killed before
+    the batch, between its two renames, or after it. A run whose record
+    was renamed into place is recorded once as it ended; the other is
+    failed as abandoned with the disclosure; neither is ever started again."""
+    store = tmp_path / "store"
+    ledger = tmp_path / "ledger"
+    go = tmp_path / "go"
+    for index in range(2):
+        text = (
+            f'id = "job{index}"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+            f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
+            f'while [ ! -e {go} ]; do sleep 0.02; done"]\n'
+            '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
+        )
+        path = write_definition(tmp_path / "defs", f"job{index}", text)
+        assert wfsched(store, "create", str(path)).returncode == 0
+    daemon = Daemon(store, env={"WFSCHED_FAULT": point})
+    try:
+        daemon.wait_started()
+        wait_for(
+            lambda: ledger.exists() and len(ledger.read_text().splitlines()) == 2,
+            timeout=20,
+            what="both jobs running",
+        )
+        [keeper] = [pid for pid in _children(daemon.proc.pid) if _comm(pid) == "wfsched-keeper"]
+        jobs = _children(keeper)
+        assert len(jobs) == 2, jobs
+        os.kill(keeper, signal.SIGSTOP)
+        try:
+            go.touch()
+            # Both commands end while their parent cannot reap them.
+            wait_for(lambda: all(_state(job) == "Z" for job in jobs), timeout=10, what="zombies")
+        finally:
+            os.kill(keeper, signal.SIGCONT)
+        wait_for(
+            lambda: len(items := all_runs(store)) == 2 and all(r["state"] in FINAL for r in items),
+            timeout=30,
+            what="both runs to end",
+        )
+        assert daemon.proc.poll() is None, daemon.text()
+        assert "launcher-lost" in daemon.text()
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    lines = ledger.read_text().splitlines()
+    assert sorted(lines) == ["run-000001 1", "run-000002 1"], lines  # none started twice
+    states = sorted(r["state"] for r in all_runs(store))
+    assert states == ["completed"] * recorded + ["failed"] * (2 - recorded), states
+    for run in all_runs(store):
+        if run["state"] == "failed":
+            assert "external effects may already have happened" in run["reason"], run
+        assert len(wfsched_json(store, "runs", "show", run["run_id"])["attempts"]) == 1, run
+    assert_store_invariants(store)
 
 
 @pytest.mark.parametrize("point", ["keeper-before-started:3", "keeper-after-reply:3"])

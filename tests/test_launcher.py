@@ -34,6 +34,7 @@ from wfsched.process.launcher import (
     LaunchSpec,
     RecordError,
     ShimHandle,
+    _write_exit_records,
     exit_outcome,
     launch_locked,
     process_start_time,
@@ -443,8 +444,10 @@ def test_started_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None
 
     (tmp_path / "go").touch()
     assert wait_exit(spec).outcome == "exited"
-    wait_for(lambda: not launcher.alive(handle), what="the run to end")
-    assert not launch_locked(spec.record_dir)
+    # The command is reaped before its record's batch is on disk; the lock
+    # goes only after that, so a free lock means an ended, recorded run.
+    wait_for(lambda: not launch_locked(spec.record_dir), what="the lock to be released")
+    assert not launcher.alive(handle)
     assert launcher.list_live() == []
     assert process_start_time(2**22 + 1) is None
     assert not launcher.alive(ShimHandle(2**22 + 1, 1))
@@ -503,6 +506,90 @@ def test_server_reports_reaped_shims(launcher: Launcher, tmp_path: Path) -> None
         wait_for(all_reported, what="the reaped pids")
     assert reported == pids
     assert launcher.drain_exits() == []  # non-blocking when nothing is new
+
+
+def test_exits_seen_in_one_turn_are_recorded_as_one_batch_each_lock_held_until_its_record(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """Three commands end while their keeper is stopped, so it reaps them in
+    one turn and writes their records as one batch (their timers due in
+    that turn too: a record queued twice killed the keeper). Whenever a launch lock
+    is seen free, that attempt's exit record is already there (the lock is
+    what says "alive" once the pid is reaped); every exit is reported."""
+    specs = [
+        dataclasses.replace(
+            make_spec(tmp_path, ("sh", "-c", f"{WAIT_FOR_GO}; exit {n}"), attempt=n),
+            timeout=3600,
+            max_log_bytes=65536,
+        )
+        for n in (1, 2, 3)
+    ]
+    pids = {launcher.spawn(spec).pid for spec in specs}
+    keeper = launcher.server_pid
+    assert keeper is not None
+    os.kill(keeper, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        (tmp_path / "go").touch()
+        wait_for(lambda: all(gone(pid) for pid in pids), what="the commands to end")
+        # Each run's log-size timer (every 0.1-0.4 s here) is then due in the
+        # very turn that queues its exit record: it must not queue it twice.
+        wait_for(lambda: time.monotonic() > stopped + 1.0, what="the log timers to be due")
+        assert all(launch_locked(spec.record_dir) for spec in specs)
+        assert all(read_exit_record(spec.record_dir) is None for spec in specs)
+    finally:
+        os.kill(keeper, signal.SIGCONT)
+
+    def all_released() -> bool:
+        free = [not launch_locked(spec.record_dir) for spec in specs]
+        records = [read_exit_record(spec.record_dir) for spec in specs]
+        for released, record in zip(free, records, strict=True):
+            assert record is not None or not released, "a lock freed before its record"
+        return all(free)
+
+    wait_for(all_released, what="the locks released")
+    for n, spec in enumerate(specs, 1):
+        record = read_exit_record(spec.record_dir)
+        assert record is not None and (record.outcome, record.exit_code) == ("exited", n)
+        assert not Path(spec.record_dir, "exit.json.tmp").exists()
+    reported: set[int] = set()
+    with selectors.DefaultSelector() as selector:
+        selector.register(launcher.fileno(), selectors.EVENT_READ)
+
+        def all_reported() -> bool:
+            if selector.select(timeout=0.5):
+                reported.update(launcher.drain_exits())
+            return pids <= reported
+
+        wait_for(all_reported, what="the reported exits")
+
+
+def test_a_record_that_fails_in_a_batch_leaves_the_others_on_disk(tmp_path: Path) -> None:
+    """Each record of a batch succeeds or fails alone (the keeper retries or
+    gives up on that one): a missing directory fails its record with the
+    OSError, the others are written whole; the fault hook is reached once
+    per record renamed into place."""
+    dirs = [tmp_path / f"attempt-{n}" for n in (1, 2, 3)]
+    for directory in (dirs[0], dirs[2]):
+        directory.mkdir()
+    record = {
+        "attempt": 1,
+        "outcome": "exited",
+        "exit_code": 0,
+        "signal": None,
+        "reason": None,
+        "started_at": 1.0,
+        "finished_at": 2.0,
+        "run_id": "run-000001",
+    }
+    reached: list[str] = []
+    failures = _write_exit_records([(str(d), record) for d in dirs], reached.append)
+    assert failures[0] is None and failures[2] is None
+    assert isinstance(failures[1], FileNotFoundError)
+    assert reached == ["keeper-exit-record-renamed"] * 2
+    for directory in (dirs[0], dirs[2]):
+        assert read_exit_record(str(directory)) == ExitRecord(1, "exited", 0, None, None, 1.0, 2.0)
+        assert sorted(os.listdir(directory)) == ["exit.json"]
 
 
 def test_warm_and_the_fork_probe_leave_nothing_behind_and_are_never_reported(

@@ -325,3 +325,15 @@ def test_a_run_rows_invocation_is_parsed_once_into_typed_fields() -> None:
     assert row.frozen is frozen, "parsed once per row"
     with pytest.raises(KeyError):
         Invocation.from_json('{"cwd": null}')
+
+
+def test_attempt_log_paths_are_the_run_directory_s_log_paths(tmp_path: Path) -> None:
+    """Exit ingestion reads the logs through the string-joined paths: they
+    must be exactly where the run directory puts each attempt's logs."""
+    from wfsched.store.rundirs import RunDir, attempt_log_paths
+
+    directory = RunDir(tmp_path, "run-000042")
+    assert attempt_log_paths(tmp_path, "run-000042", 3) == (
+        str(directory.log_path(3, "stdout")),
+        str(directory.log_path(3, "stderr")),
+    )

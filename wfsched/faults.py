@@ -38,13 +38,15 @@ POINTS = (
     "after-resume-mark",
     "before-notify",
     # In the run keeper: around the started record and the spawn of a
-    # command, after the reply, and around an exit record.
+    # command, after the reply, and around a batch of exit records (before
+    # it, after each record's rename, after the whole batch is on disk).
     "keeper-before-started",
     "keeper-after-started",
     "keeper-after-fork",
     "keeper-after-spawn",
     "keeper-after-reply",
     "keeper-before-exit-record",
+    "keeper-exit-record-renamed",
     "keeper-after-exit-record",
 )
 

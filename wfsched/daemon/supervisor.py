@@ -78,6 +78,7 @@ from wfsched.store.rows import Invocation
 from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
     RunDir,
+    attempt_log_paths,
     attempt_record_dir,
     log_tail,
     prepare_record_dir,
@@ -2060,7 +2061,7 @@ class Supervisor:
                 reason = watch.cancel_reason
         else:
             state, reason = "failed", failure
-        directory = RunDir(self.store.runs_dir, run.run_id)
+        stdout_log, stderr_log = attempt_log_paths(self.store.runs_dir, run.run_id, watch.attempt)
         self.store.update_attempt(
             run.seq,
             watch.attempt,
@@ -2070,8 +2071,8 @@ class Supervisor:
             reason=reason,
             # The exit record keeps each stream's tail, so the output can be
             # read on any host (the full logs stay in the run directory here).
-            stdout_tail=log_tail(directory.log_path(watch.attempt, "stdout")),
-            stderr_tail=log_tail(directory.log_path(watch.attempt, "stderr")),
+            stdout_tail=log_tail(stdout_log),
+            stderr_tail=log_tail(stderr_log),
         )
         self.store.update_run(
             run.seq,

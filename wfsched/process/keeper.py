@@ -75,7 +75,7 @@ from wfsched.process.launcher import (
     _to_json,
     _why,
     _write_all,
-    _write_exit_record,
+    _write_exit_records,
     exit_outcome,
     launch_fingerprint,
     process_start_time,
@@ -85,6 +85,7 @@ _IDLE_EXIT = 1.0  # seconds without runs or clients before the keeper exits
 _LOCK_WAIT = 5.0  # seconds a new keeper waits for a dying one's keeper.lock
 _GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
 _MAX_WAIT = 3600.0  # the longest single poll: far below poll()'s int overflow
+_REQUESTS_PER_TURN = 16  # requests served per client per turn of the loop (a spawn window)
 _STARTED_SIZE = 512  # both started records are padded to this: one pwrite replaces the other
 _PR_SET_CHILD_SUBREAPER = 36
 _SO_PEERCRED = struct.Struct("3i")
@@ -110,6 +111,7 @@ class _Run:
     retry_at: float = 0.0
     retry_delay: float = _RECORD_RETRY_FIRST
     wake_at: float | None = None  # its live entry in Keeper.timers
+    queued: bool = False  # its exit record is in Keeper.pending (this turn's batch)
 
 
 @dataclass
@@ -159,6 +161,7 @@ class Keeper:
         self.timers: list[tuple[float, int, int]] = []  # (when, tie-breaker, run key)
         self._seq = 0
         self.exited: list[int] = []  # recorded this turn, reported at its end
+        self.pending: list[_Run] = []  # exit records of this turn, written as one batch
         self.clients: dict[int, _Client] = {}
         self.shutting_down = False
         self.idle_since = time.monotonic()
@@ -257,7 +260,10 @@ class Keeper:
         while True:
             now = clock()
             self._reap(now)
-            wait = self._tick(now)
+            self._tick(now)
+            if self.pending:
+                self._write_batch(now)
+            wait = self._next_wait(now)
             if not self.runs and (
                 self.shutting_down or (not self.clients and now - self.idle_since >= _IDLE_EXIT)
             ):
@@ -312,13 +318,27 @@ class Keeper:
                 return
         if not events & (select.POLLIN | select.POLLHUP | select.POLLERR):
             return
+        # Every request already waiting (a pipelined chunk of spawns), up
+        # to a bound: the exits of their commands then share one batch of
+        # exit records, and timers wait for at most that many requests.
+        for _ in range(_REQUESTS_PER_TURN):
+            if not self._serve_request(client, fd) or client.events:
+                return
+            try:
+                if not client.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    return  # EOF: seen by the next poll
+            except OSError:  # nothing more now (or an error the next read meets)
+                return
+
+    def _serve_request(self, client: _Client, fd: int) -> bool:
+        """Read one request, handle it and reply; False once the client is gone."""
         try:
             message = _read_message(fd)
         except OSError:
             message = None
         if message is None:
             self._drop(fd)
-            return
+            return False
         request: Any = None
         try:
             request = json.loads(message)
@@ -331,11 +351,12 @@ class Keeper:
             _send_message(fd, reply)
         except OSError:
             self._drop(fd)
-            return
+            return False
         if client.events:
             client.sock.setblocking(False)  # from now on it only gets events
         if isinstance(request, dict) and request.get("op") == "spawn" and "pid" in reply:
             self.fault("keeper-after-reply")
+        return fd in self.clients
 
     def _handle(self, client: _Client, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
@@ -464,14 +485,19 @@ class Keeper:
         run = _Run(spec, self._unstarted, 0, lock_fd, started_at, None, None)
         self.runs[run.key] = run
         self._record(run, "spawn-failed", None, None, _spawn_failure(spec, exc))
+        # On disk before the reply: the supervisor reads it next.
+        self._write_batch(time.monotonic())
         return {"error": _spawn_failure(spec, exc), "not_started": 1}
 
     # -- waiting ----------------------------------------------------------------
 
     def _reap(self, now: float) -> None:
-        """Every child that ended: a run's leader gets its exit record written
-        while it is still an unreaped zombie (so `Launcher.alive` sees it until
-        the record is on disk), then everything is reaped."""
+        """Every child that ended is reaped; a run's leader gets its exit
+        record queued for this turn's batch (`_write_batch`). Until that record is
+        on disk the keeper still holds the attempt's launch lock, which is
+        what says "alive" to the supervisor (`launch_locked`) once the pid is
+        gone, and the run keeps its entry here, so its pid cannot be mistaken
+        for a new command's: the batch is written before the next request."""
         flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
         while True:
             try:
@@ -491,10 +517,10 @@ class Keeper:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
 
-    def _tick(self, now: float) -> float:
+    def _tick(self, now: float) -> None:
         """The timers of every run, from one heap (one poll timeout for all):
         timeouts, the SIGKILL after the grace, draining groups, log caps and
-        exit records waiting for a disk. Returns how long the loop may sleep.
+        exit records waiting for a disk.
 
         A run has one live entry (`_Run.wake_at`); stale ones are skipped."""
         timers = self.timers
@@ -504,11 +530,17 @@ class Keeper:
             if run is not None and run.wake_at == at:
                 run.wake_at = None
                 self._visit(run, now)
+
+    def _next_wait(self, now: float) -> float:
+        """How long the loop may sleep: until the earliest timer."""
+        timers = self.timers
         # Clamped: a timeout of years is waited out in pieces, never overflows poll().
         return min(max(0.0, timers[0][0] - now), _MAX_WAIT) if timers else _MAX_WAIT
 
     def _schedule(self, run: _Run, now: float) -> None:
         """(Re)arm the run's timer at its earliest deadline."""
+        if run.queued:
+            return  # its record is written this turn; a failure re-arms it
         if run.record is not None:
             deadlines = [run.retry_at]
         else:
@@ -529,7 +561,8 @@ class Keeper:
     def _visit(self, run: _Run, now: float) -> None:
         if run.record is not None:
             if now >= run.retry_at:
-                self._write(run, now)
+                self._queue(run)
+                return  # the batch re-arms it if the disk still refuses
         else:
             if run.terminating is None and run.timeout_at is not None and now >= run.timeout_at:
                 self._terminate(run, "timeout", now)
@@ -570,6 +603,7 @@ class Keeper:
     def _record(
         self, run: _Run, outcome: str, code: int | None, signum: int | None, reason: str | None
     ) -> None:
+        """Queue the attempt's exit record for this turn's batch (`_write_batch`)."""
         run.record = {  # the fields of ExitRecord, plus the run
             "attempt": run.spec.attempt,
             "outcome": outcome,
@@ -580,36 +614,60 @@ class Keeper:
             "finished_at": time.time(),
             "run_id": run.spec.run_id,
         }
-        self._write(run, time.monotonic())
+        self._queue(run)
 
-    def _write(self, run: _Run, now: float) -> None:
-        """The exit record, then the lock released and the exit reported. A
-        full or failing disk is retried with backoff: the exit code lives
-        here, and the lock stays held, until the record is on disk."""
-        assert run.record is not None
+    def _queue(self, run: _Run) -> None:
+        """Into this turn's batch, once: its live timer entry goes stale (an
+        earlier timeout or log check must not queue it a second time)."""
+        run.queued = True
+        run.wake_at = None
+        self.pending.append(run)
+
+    def _write_batch(self, now: float) -> None:
+        """Write the exit records of this turn as one batch, then release
+        their locks and report them.
+
+        Why a batch: a record costs a journal commit and a device flush for
+        its file and another for its directory; written one by one, the
+        keeper sat in fsync for milliseconds per exit while spawn requests
+        waited. Here every file of the batch is written first, then fsynced
+        (the first fsync commits the journal for all of them), renamed into
+        place, and their directories fsynced. A lock is released, and its
+        exit reported, only once the whole batch is on disk; a keeper killed
+        in between leaves each attempt either with its complete exit record
+        or without one, never with half of one (docs/recovery.md).
+
+        A full or failing disk is retried with backoff, per record: the exit
+        code lives here, and the lock stays held, until the record is on disk.
+        """
+        batch, self.pending = self.pending, []
         self.fault("keeper-before-exit-record")
-        try:
-            _write_exit_record(run.spec.record_dir, run.record)
-        except OSError as exc:
-            if exc.errno in _RECORD_RETRY_ERRNOS:
-                run.retry_at = now + run.retry_delay
-                run.retry_delay = min(run.retry_delay * 2, _RECORD_RETRY_MAX)
-                run.wake_at = None
-                self._schedule(run, now)
-                return
-            # Not a passing fault (the record directory is gone...): the lock
-            # is released without a record, and the run is failed abandoned.
-            with contextlib.suppress(OSError):
-                _write_all(
-                    2,
-                    f"wfsched-keeper: cannot write the exit record of {run.spec.run_id}"
-                    f" attempt {run.spec.attempt}: {_why(exc)}\n".encode(),
-                )
+        failures = _write_exit_records(
+            [(run.spec.record_dir, run.record or {}) for run in batch], self.fault
+        )
         self.fault("keeper-after-exit-record")
-        os.close(run.lock_fd)
-        del self.runs[run.key]
-        if run.key > 0:
-            self.exited.append(run.key)
+        for run, exc in zip(batch, failures, strict=True):
+            run.queued = False
+            if exc is not None:
+                if exc.errno in _RECORD_RETRY_ERRNOS:
+                    run.retry_at = now + run.retry_delay
+                    run.retry_delay = min(run.retry_delay * 2, _RECORD_RETRY_MAX)
+                    run.wake_at = None
+                    self._schedule(run, now)
+                    continue
+                # Not a passing fault (the record directory is gone...): the
+                # lock is released without a record, and the run is failed
+                # abandoned.
+                with contextlib.suppress(OSError):
+                    _write_all(
+                        2,
+                        f"wfsched-keeper: cannot write the exit record of {run.spec.run_id}"
+                        f" attempt {run.spec.attempt}: {_why(exc)}\n".encode(),
+                    )
+            os.close(run.lock_fd)
+            del self.runs[run.key]
+            if run.key > 0:
+                self.exited.append(run.key)
 
     def _report(self) -> None:
         """One event for every exit recorded in this turn of the loop."""

@@ -59,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -460,24 +460,65 @@ def read_exit_record(record_dir: str) -> ExitRecord | None:
     )
 
 
-def _write_exit_record(record_dir: str, data: dict[str, Any]) -> None:
-    """tmp + fsync + rename + directory fsync: readers never see half a
-    record, and it survives a power cut once it is reported."""
-    path = os.path.join(record_dir, EXIT_RECORD)
-    tmp = f"{path}.tmp"
-    payload = _to_json(data).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+def _write_exit_records(
+    items: Sequence[tuple[str, dict[str, Any]]], fault: Callable[[str], None]
+) -> list[OSError | None]:
+    """Write a batch of exit records, each (record directory, record): every
+    file written to `exit.json.tmp` and fsynced, then renamed over
+    `exit.json`, then every directory fsynced. Readers never see half a
+    record, and each survives a power cut once this returns.
+
+    One answer per item, in order: None once its record is on disk, or the
+    OSError that stopped it (the caller retries or gives up on that one;
+    the others are unaffected). `fault` is called after each rename (the
+    crash tests kill the keeper between two records of a batch)."""
+    failures: list[OSError | None] = [None] * len(items)
+    files: list[tuple[int, int]] = []  # (item, fd) of tmp files written
     try:
-        _write_all(fd, payload)
-        os.fsync(fd)
+        for index, (record_dir, data) in enumerate(items):
+            tmp = os.path.join(record_dir, EXIT_RECORD + ".tmp")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            try:
+                fd = os.open(tmp, flags, 0o600)
+            except OSError as exc:
+                failures[index] = exc
+                continue
+            files.append((index, fd))
+            try:
+                _write_all(fd, _to_json(data).encode())
+            except OSError as exc:
+                failures[index] = exc
+        # The first fsync commits the journal for the whole batch; the
+        # others find their files clean and only flush the device cache.
+        for index, fd in files:
+            if failures[index] is None:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    failures[index] = exc
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(record_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        for _, fd in files:
+            os.close(fd)
+    for index, (record_dir, _) in enumerate(items):
+        if failures[index] is None:
+            path = os.path.join(record_dir, EXIT_RECORD)
+            try:
+                os.replace(path + ".tmp", path)
+            except OSError as exc:
+                failures[index] = exc
+                continue
+            fault("keeper-exit-record-renamed")
+    for index, (record_dir, _) in enumerate(items):
+        if failures[index] is None:
+            try:
+                dir_fd = os.open(record_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+            except OSError as exc:
+                failures[index] = exc
+    return failures
 
 
 # --------------------------------------------------------------------------
@@ -900,10 +941,12 @@ class Launcher:
         return live
 
     def alive(self, handle: ShimHandle) -> bool:
-        """Whether that command is still parented by our keeper with its exit
-        not yet recorded: the keeper writes the record before it reaps the
-        command, so a zombie child of the keeper counts as alive. A command
-        whose keeper died is not alive, whatever it still does."""
+        """Whether that command is still a child of our keeper (a zombie the
+        keeper has not reaped yet counts). The keeper reaps a command before
+        its exit record is on disk (records are written in batches), so
+        False is not "ended and recorded": the launch lock (`launch_locked`),
+        held until the record is on disk, says that. A command whose keeper
+        died is not alive, whatever it still does."""
         stat = _read_stat(handle.pid)
         if stat is None or stat[2] != handle.start_time or self._keeper_pid is None:
             return False

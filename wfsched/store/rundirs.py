@@ -171,7 +171,15 @@ OUTPUT_TAIL_BYTES = 64 * 1024
 in the store, so its output can be read from any host."""
 
 
-def log_tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> bytes | None:
+def attempt_log_paths(runs_root: Path, run_id: str, attempt: int) -> tuple[str, str]:
+    """The attempt's stdout.log and stderr.log (`RunDir.log_path`), joined
+    as strings: exit ingestion asks for them once per run, where building
+    a RunDir and two pathlib paths cost more than reading both tails."""
+    attempt_dir = os.path.join(runs_root, run_id, f"attempt-{attempt}")
+    return os.path.join(attempt_dir, "stdout.log"), os.path.join(attempt_dir, "stderr.log")
+
+
+def log_tail(path: str | os.PathLike[str], limit: int = OUTPUT_TAIL_BYTES) -> bytes | None:
     """The last `limit` bytes of a log; None when it is absent or not a regular
     file (the job may have replaced it with a FIFO or a link: never followed,
     never blocked on)."""
