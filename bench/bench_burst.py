@@ -2,8 +2,10 @@
 
     python bench/bench_burst.py                  # N = 100, then N = 1000 (~1 min)
     python bench/bench_burst.py --sizes 100 --repeat 3
+    python bench/bench_burst.py --store postgresql:///scratch   # on PostgreSQL (wiped)
 
-For each N: a fresh store, N one-shot schedules (`at` = the same whole
+For each N: a fresh store (with `--store URL`, that database emptied of
+wfsched's schema before each burst), N one-shot schedules (`at` = the same whole
 second), created with `wfsched apply`; `wfsched supervise
 --max-concurrent-runs N` is started before the instant and stopped with
 SIGTERM once every run is recorded. Each job runs
@@ -35,10 +37,12 @@ from common import (
     load_note,
     log_events,
     one_shot_definition,
+    open_bench_store,
     percentile,
     read_stamps,
     reaped_cpu_seconds,
     report_log_problems,
+    scratch_store,
     start_supervisor,
     stop_supervisor,
     temp_store,
@@ -47,12 +51,11 @@ from common import (
 )
 
 from wfsched.domain.timeutil import parse_instant
-from wfsched.store import SQLiteStore
 
 TARGETS = {100: 0.5, 1000: 5.0}
 
 
-def cli_run_count(store: Path) -> int:
+def cli_run_count(store: Path | str) -> int:
     """Runs as `wfsched runs --json` pages them (100 per page)."""
     total, cursor = 0, None
     while True:
@@ -66,9 +69,10 @@ def cli_run_count(store: Path) -> int:
             return total
 
 
-def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> None:
+def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str, url: str | None) -> None:
     with temp_store(keep, f"wfsched-bench-burst{n}-") as root:
-        store, defs, out = root / "store", root / "defs", root / "out"
+        defs, out = root / "defs", root / "out"
+        store = scratch_store(url, root)
         out.mkdir()
         instant = math.ceil(time.time() + lead)
         write_definitions(
@@ -94,7 +98,7 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
             cpu0 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
             wait_for(lambda: time.time() > instant, lead + 5, 0.05)
             wait_for(lambda: sum(1 for _ in out.iterdir()) >= n, 60, 0.1)
-            db = SQLiteStore(store, create=False)
+            db = open_bench_store(store)
             wait_for(lambda: db.run_state_counts() == {} and bool(db.list_runs(limit=1)), 60, 0.2)
             db.close()
             time.sleep(0.5)  # the keeper reaps the last jobs
@@ -105,7 +109,7 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
             rc = stop_supervisor(sup)
 
         stamps = read_stamps(out)
-        db = SQLiteStore(store, create=False)
+        db = open_bench_store(store)
         runs = db.list_runs(limit=n * 2 + 10)
         attempts = {run.seq: db.get_attempt(run.seq, 1) for run in runs}
         db.close()
@@ -181,12 +185,17 @@ def main() -> int:
         "--lead", type=float, default=0.0, help="seconds from setup to the instant [4 + N/250]"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directories")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a scratch PostgreSQL database (postgresql://...; wiped before each burst)",
+    )
     args = parser.parse_args()
     verdicts = Verdicts()
     for n in (int(s) for s in args.sizes.split(",")):
         for r in range(args.repeat):
             label = f"N={n}" + (f" #{r + 1}" if args.repeat > 1 else "")
-            burst(n, args.lead or 4 + n / 250, args.keep, verdicts, label)
+            burst(n, args.lead or 4 + n / 250, args.keep, verdicts, label, args.store)
     return verdicts.print()
 
 
