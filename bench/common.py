@@ -201,13 +201,14 @@ def supervisor_store(store: Path | str) -> Path | str:
 
 def backend_pids(url: str, application_name: str = SUPERVISOR_APP) -> list[int]:
     """The server processes serving `application_name`'s sessions on `url`'s
-    server (pg_stat_activity's pid is the backend's pid: `pg_backend_pid()` of
-    each such session)."""
+    database (pg_stat_activity's pid is the backend's pid: `pg_backend_pid()`
+    of each such session)."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s ORDER BY pid",
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database() ORDER BY pid",
             (application_name,),
         ).fetchall()
     return [int(pid) for (pid,) in rows]
