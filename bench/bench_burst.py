@@ -194,7 +194,10 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,1000", help="comma-separated N [100,1000]")
     parser.add_argument("--repeat", type=int, default=1, help="bursts per size [1]")
     parser.add_argument(
-        "--lead", type=float, default=0.0, help="seconds from setup to the instant [4 + N/250]"
+        "--lead",
+        type=float,
+        default=0.0,
+        help="seconds from setup to the instant [4 + N/250; twice that with --store]",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directories")
     parser.add_argument(
@@ -207,7 +210,8 @@ def main() -> int:
     for n in (int(s) for s in args.sizes.split(",")):
         for r in range(args.repeat):
             label = f"N={n}" + (f" #{r + 1}" if args.repeat > 1 else "")
-            burst(n, args.lead or 4 + n / 250, args.keep, verdicts, label, args.store)
+            lead = args.lead or (4 + n / 250) * (2 if args.store else 1)
+            burst(n, lead, args.keep, verdicts, label, args.store)
     return verdicts.print()
 
 
