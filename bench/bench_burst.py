@@ -2,8 +2,10 @@
 
     python bench/bench_burst.py                  # N = 100, then N = 1000 (~1 min)
     python bench/bench_burst.py --sizes 100 --repeat 3
+    python bench/bench_burst.py --store postgresql:///scratch   # on PostgreSQL (wiped)
 
-For each N: a fresh store, N one-shot schedules (`at` = the same whole
+For each N: a fresh store (with `--store URL`, that database emptied of
+wfsched's schema before each burst), N one-shot schedules (`at` = the same whole
 second), created with `wfsched apply`; `wfsched supervise
 --max-concurrent-runs N` is started before the instant and stopped with
 SIGTERM once every run is recorded. Each job runs
@@ -29,30 +31,33 @@ from pathlib import Path
 from common import (
     STAMP_COMMAND,
     Verdicts,
+    backend_pids,
     children,
     cli,
     cpu_seconds,
     load_note,
     log_events,
     one_shot_definition,
+    open_bench_store,
     percentile,
     read_stamps,
     reaped_cpu_seconds,
     report_log_problems,
+    scratch_store,
     start_supervisor,
     stop_supervisor,
+    supervisor_store,
     temp_store,
     wait_for,
     write_definitions,
 )
 
 from wfsched.domain.timeutil import parse_instant
-from wfsched.store import SQLiteStore
 
 TARGETS = {100: 0.5, 1000: 5.0}
 
 
-def cli_run_count(store: Path) -> int:
+def cli_run_count(store: Path | str) -> int:
     """Runs as `wfsched runs --json` pages them (100 per page)."""
     total, cursor = 0, None
     while True:
@@ -66,9 +71,10 @@ def cli_run_count(store: Path) -> int:
             return total
 
 
-def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> None:
+def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str, url: str | None) -> None:
     with temp_store(keep, f"wfsched-bench-burst{n}-") as root:
-        store, defs, out = root / "store", root / "defs", root / "out"
+        defs, out = root / "defs", root / "out"
+        store = scratch_store(url, root)
         out.mkdir()
         instant = math.ceil(time.time() + lead)
         write_definitions(
@@ -81,7 +87,10 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
         t0 = time.perf_counter()
         cli(store, "apply", str(defs))
         setup = time.perf_counter() - t0
-        sup = start_supervisor(store, root / "supervisor.log", max_concurrent_runs=n)
+        sup = start_supervisor(
+            supervisor_store(store), root / "supervisor.log", max_concurrent_runs=n
+        )
+        backends = backend_pids(url) if url else []
         ahead = instant - time.time()
         print(
             f"\nN={n}: `wfsched apply` {setup:.2f}s; supervisor ready {ahead:.1f}s before the"
@@ -92,20 +101,22 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
         try:
             server = (children(sup.pid) or [sup.pid])[0]  # the run keeper
             cpu0 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
+            db0 = sum(cpu_seconds(pid) for pid in backends)
             wait_for(lambda: time.time() > instant, lead + 5, 0.05)
             wait_for(lambda: sum(1 for _ in out.iterdir()) >= n, 60, 0.1)
-            db = SQLiteStore(store, create=False)
+            db = open_bench_store(store)
             wait_for(lambda: db.run_state_counts() == {} and bool(db.list_runs(limit=1)), 60, 0.2)
             db.close()
             time.sleep(0.5)  # the keeper reaps the last jobs
             if server not in children(sup.pid):
                 print("!! the run keeper was replaced during the burst; CPU split is partial")
             cpu1 = (cpu_seconds(sup.pid), cpu_seconds(server), reaped_cpu_seconds(server))
+            db1 = sum(cpu_seconds(pid) for pid in backends)
         finally:
             rc = stop_supervisor(sup)
 
         stamps = read_stamps(out)
-        db = SQLiteStore(store, create=False)
+        db = open_bench_store(store)
         runs = db.list_runs(limit=n * 2 + 10)
         attempts = {run.seq: db.get_attempt(run.seq, 1) for run in runs}
         db.close()
@@ -158,6 +169,11 @@ def burst(n: int, lead: float, keep: bool, verdicts: Verdicts, label: str) -> No
             f" {per_run[0] + per_run[1]:.2f}; total {total:.2f} ms -> {n} runs need"
             f" >= {total * n / 1e3 / (os.cpu_count() or 1):.2f}s on {os.cpu_count()} idle CPUs"
         )
+        if backends:
+            print(
+                f"  CPU per run of the supervisor's database backends {backends}:"
+                f" {(db1 - db0) / n * 1e3:.2f} ms (not in the total above)"
+            )
         report_log_problems(sup)
         limit = TARGETS.get(n)
         verdicts.require(f"{label}: all started", len(stamps) == n, f"{len(stamps)}/{n}")
@@ -178,15 +194,24 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,1000", help="comma-separated N [100,1000]")
     parser.add_argument("--repeat", type=int, default=1, help="bursts per size [1]")
     parser.add_argument(
-        "--lead", type=float, default=0.0, help="seconds from setup to the instant [4 + N/250]"
+        "--lead",
+        type=float,
+        default=0.0,
+        help="seconds from setup to the instant [4 + N/250; twice that with --store]",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directories")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a scratch PostgreSQL database (postgresql://...; wiped before each burst)",
+    )
     args = parser.parse_args()
     verdicts = Verdicts()
     for n in (int(s) for s in args.sizes.split(",")):
         for r in range(args.repeat):
             label = f"N={n}" + (f" #{r + 1}" if args.repeat > 1 else "")
-            burst(n, args.lead or 4 + n / 250, args.keep, verdicts, label)
+            lead = args.lead or (4 + n / 250) * (2 if args.store else 1)
+            burst(n, lead, args.keep, verdicts, label, args.store)
     return verdicts.print()
 
 

@@ -138,6 +138,82 @@ def cli(store: Path | str, *args: str, check: bool = True) -> subprocess.Complet
     return proc
 
 
+# -- PostgreSQL stores (`--store URL`) -------------------------------------------
+
+
+def reset_postgres(url: str) -> None:
+    """Drop wfsched's tables and functions in the scratch database `url`: the
+    next open creates a fresh store there (the `--store URL` benchmarks start
+    every measurement from an empty store, as on SQLite)."""
+    import psycopg
+
+    from wfsched.store.copying import COPY_TABLES
+
+    # The leadership tables are not copied (a copy starts without a leader) but
+    # are the schema's: left behind, the next migration finds them and fails.
+    kept = ("schema_version", "leader_lease", "hosts")
+    tables = ", ".join([*kept, *(table for table, _ in COPY_TABLES)])
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {tables} CASCADE")  # type: ignore[arg-type]
+        conn.execute(
+            "DROP FUNCTION IF EXISTS schedules_watermark_monotone(), occurrences_ledger_position()"
+        )
+
+
+def scratch_store(url: str | None, root: Path) -> Path | str:
+    """The store a benchmark writes: the database `url`, wiped (PostgreSQL), or
+    `root/store` (a new SQLite store).
+
+    A PostgreSQL store keeps this host's side (config, run directories) under
+    the local state directory: pointed into `root` for this process and the
+    commands it starts, so run directories of an earlier measurement (whose
+    run ids the wiped database hands out again) are not in the way."""
+    if url is None:
+        return root / "store"
+    reset_postgres(url)
+    os.environ["XDG_STATE_HOME"] = str(root / "state")
+    return url
+
+
+def open_bench_store(store: Path | str, *, create: bool = False) -> Any:
+    """The store behind `store` (a directory or a URL) through the same factory
+    the CLI uses, so a benchmark's checks read either backend."""
+    from wfsched.store import open_location, resolve_store
+
+    opened = open_location(resolve_store(store), create=create)
+    if opened is None:
+        raise RuntimeError(f"no store at {store}")
+    return opened
+
+
+SUPERVISOR_APP = "wfsched-bench-supervisor"
+"""The application_name the benchmarks give the supervisor's PostgreSQL
+sessions, so its database backends can be told from the CLI's."""
+
+
+def supervisor_store(store: Path | str) -> Path | str:
+    """`store` as the supervisor is started on: a URL gets application_name
+    SUPERVISOR_APP (the store keeps an application_name the URL sets)."""
+    if isinstance(store, Path):
+        return store
+    return f"{store}{'&' if '?' in store else '?'}application_name={SUPERVISOR_APP}"
+
+
+def backend_pids(url: str, application_name: str = SUPERVISOR_APP) -> list[int]:
+    """The server processes serving `application_name`'s sessions on `url`'s
+    database (pg_stat_activity's pid is the backend's pid: `pg_backend_pid()`
+    of each such session)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database() ORDER BY pid",
+            (application_name,),
+        ).fetchall()
+    return [int(pid) for (pid,) in rows]
+
+
 # -- the supervisor process ----------------------------------------------------
 
 

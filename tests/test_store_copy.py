@@ -171,3 +171,33 @@ def test_the_bulk_load_into_postgresql_still_refuses_a_duplicate_and_keeps_the_s
         assert copied.schema_problems() == []
     finally:
         copied.close()
+
+
+def test_the_bulk_load_into_sqlite_still_refuses_a_duplicate_and_keeps_the_schema(
+    tmp_path: Path, pg_url: str, run_cli: CliRun
+) -> None:
+    """The copy also loads each SQLite table without its secondary indexes and
+    builds them afterwards: a source whose ledger holds one instant twice (a
+    damaged PostgreSQL store) fails the copy, which leaves no row and the full
+    schema, indexes included."""
+    source = build(tmp_path / "source")
+    source.store.close()
+    code, _out, err = run_cli("--store", str(tmp_path / "source"), "store", "copy", "--to", pg_url)
+    assert code == 0, err
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP INDEX occurrences_instant")
+        conn.execute(
+            "INSERT INTO occurrences (schedule_id, scheduled_at, state, revision, recorded_at)"
+            " SELECT schedule_id, scheduled_at, 'superseded', revision, recorded_at"
+            " FROM occurrences WHERE summary = 0 LIMIT 1"
+        )
+    destination = tmp_path / "back"
+    code, _out, err = run_cli("--store", pg_url, "store", "copy", "--to", str(destination))
+    assert code == 1, err
+    assert err.count("\n") == 1 and "UNIQUE" in err, err
+    copied = SQLiteStore(destination)
+    try:
+        assert copied.is_empty()
+        assert copied.schema_problems() == []
+    finally:
+        copied.close()

@@ -324,6 +324,14 @@ class _Ended:
     def prev_before_epoch(self, t: int) -> int | None:
         return self._answer(self._prev, self.cal.prev_before_epoch, t)
 
+    def none_between(self, after: int, through: int) -> bool:
+        """`_none_between` for one segment that owns all of (after, through]:
+        the question the walk asks between every two ledger rows, answered
+        from the remembered answer without the general loop's calls."""
+        memo = self._next
+        following = memo[after] if after in memo else self.next_after_epoch(after)
+        return following is None or (following > after and following > through)
+
     @staticmethod
     def _answer(
         memo: dict[int, int | None], query: Callable[[int], int | None], t: int
@@ -551,13 +559,20 @@ def _check_ledger(
             what = f"{span.count} instants, {first} through {last}, are"
         add("ledger-gap", f"{what} not accounted for in the ledger", row.id)
 
+    # One revision owns every instant from the walk's start on (the common
+    # case): the walk asks its calendar directly, and `gap` (which asks again
+    # through the general path) only runs when something is owed.
+    only = segments[0].cal if len(segments) == 1 and segments[0].through == math.inf else None
     try:
         for first, last, entry in _spans(row, ledger):
             if entry is not None and entry.summary:
                 _check_summary(row.id, entry, by_revision, segments, add)
             if cursor < end and first - 1 > cursor:
-                gap(cursor, min(first - 1, end))
-            cursor = max(cursor, last)
+                through = first - 1 if first - 1 < end else end
+                if only is None or not only.none_between(cursor, through):
+                    gap(cursor, through)
+            if last > cursor:
+                cursor = last
         if cursor < end:
             gap(cursor, end)
     except CalendarError as exc:

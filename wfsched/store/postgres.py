@@ -47,7 +47,7 @@ from wfsched.errors import (
     StoreUnavailable,
 )
 from wfsched.store.audit_queries import normalize_sql
-from wfsched.store.copying import BATCH
+from wfsched.store.copying import BATCH, COPY_TABLES
 from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.location import StoreLocation
 from wfsched.store.pg_dialect import POSTGRES
@@ -433,13 +433,17 @@ class PostgresStore(SQLiteStore):
             self._raw(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
 
     def after_import(self) -> None:
-        """Identity sequences continue after the copied keys."""
+        """Identity sequences continue after the copied keys, and the planner
+        learns what was loaded (ANALYZE, PostgreSQL's advice after a bulk
+        load; autovacuum would get to it only later, after the audit that
+        follows a copy has planned its scans of a million rows blind)."""
         for table in ("runs", "occurrences", "requests", "notifications"):
             # is_called: the copied maximum counts as handed out, as it was.
             self._raw(
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'seq'), MAX(seq))"
                 f" FROM {table} HAVING MAX(seq) IS NOT NULL"
             )
+        self._raw(f"ANALYZE {', '.join(table for table, _ in COPY_TABLES)}")
 
     # -- leadership (a lease with a fencing epoch) ------------------------------------
 
