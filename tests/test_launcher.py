@@ -453,6 +453,39 @@ def test_started_record_and_liveness(launcher: Launcher, tmp_path: Path) -> None
     assert not launcher.alive(ShimHandle(2**22 + 1, 1))
 
 
+@pytest.mark.parametrize("tamper", ["directory", "symlink", "deleted"])
+def test_a_job_that_replaces_its_lock_file_is_still_held_until_its_record(
+    launcher: Launcher, tmp_path: Path, tamper: str
+) -> None:
+    """The keeper's lock is on the file it opened: a job that replaces or
+    removes `shim.json` leaves the file lock unreadable, and the keeper's
+    own word (it still holds the attempt) answers instead, until the exit
+    record is on disk. Without it, the moment between the keeper's reap and
+    its batch read as an abandoned run."""
+    spec = make_spec(tmp_path, ("sh", "-c", WAIT_FOR_GO))
+    launcher.spawn(spec)
+    lock = Path(spec.record_dir) / "shim.json"
+    lock.unlink()
+    if tamper == "directory":
+        lock.mkdir()
+    elif tamper == "symlink":
+        lock.symlink_to(tmp_path / "elsewhere")
+    if tamper == "symlink":
+        with pytest.raises(RecordError):
+            launch_locked(spec.record_dir)
+    else:
+        assert not launch_locked(spec.record_dir)
+    assert launcher.launch_locked(spec.record_dir)
+    (tmp_path / "go").touch()
+    assert wait_exit(spec).outcome == "exited"
+    wait_for(lambda: launcher.list_live() == [], what="the run to be let go")
+    if tamper == "symlink":
+        with pytest.raises(RecordError):
+            launcher.launch_locked(spec.record_dir)
+    else:
+        assert not launcher.launch_locked(spec.record_dir)
+
+
 def test_exit_record_reader(tmp_path: Path) -> None:
     assert read_exit_record(str(tmp_path)) is None
     assert read_shim_record(str(tmp_path)) is None

@@ -21,8 +21,9 @@ Protocol: length-prefixed JSON messages (`launcher._send_message`), one
 reply per request, in order, on a connection: `hello` (optionally
 subscribing the connection to exit events, `{"exited": [pid, ...]}`, sent
 once each attempt's exit record is on disk), `spawn`, `cancel`, `signal`,
-`list`, `warm` (a no-op: the round trip wakes the keeper before a due
-instant), `probe` (a throwaway fork: can it fork now?) and `shutdown` (take
+`list`, `held` (does it still hold an attempt, by record directory),
+`warm` (a no-op: the round trip wakes the keeper before a due instant),
+`probe` (a throwaway fork: can it fork now?) and `shutdown` (take
 no new client or launch, exit once the last run is recorded). Peers of
 another uid are refused.
 
@@ -389,6 +390,12 @@ class Keeper:
                     if run.key > 0 and run.record is None
                 ]
             }
+        if op == "held":
+            # Its exit record is not on disk yet (queued in this turn's batch,
+            # or waiting for a disk): the launch lock's own answer, for a lock
+            # file a job replaced or removed.
+            record_dir = request["record_dir"]
+            return {"held": any(run.spec.record_dir == record_dir for run in self.runs.values())}
         if op == "warm":
             return {"warm": True}  # the round trip itself wakes the keeper's pages
         if op == "probe":

@@ -978,7 +978,30 @@ class Launcher:
         return read_shim_record(record_dir)
 
     def launch_locked(self, record_dir: str) -> bool:
-        return launch_locked(record_dir)
+        """`launch_locked`, or our keeper's word that it still holds the
+        attempt. The keeper reaps a command before its exit record's batch
+        is on disk, so for that moment the pid says "gone" and only the lock
+        says "alive"; a job that replaced or removed its lock file (the
+        keeper's lock is on the file it opened) must not make that moment
+        read as an abandoned run."""
+        try:
+            if launch_locked(record_dir):
+                return True
+        except RecordError:
+            if self._keeper_holds(record_dir):
+                return True
+            raise
+        return self._keeper_holds(record_dir)
+
+    def _keeper_holds(self, record_dir: str) -> bool:
+        """Whether our keeper still holds the attempt: its exit record is not
+        on disk yet. No keeper (or one that predates the question): no."""
+        with self._lock:
+            try:
+                data = self._request({"op": "held", "record_dir": record_dir})
+            except LauncherError:
+                return False
+        return data.get("held") is True
 
     def signal_session(self, shim: ShimHandle, signum: int) -> bool:
         return signal_session(shim, signum)
