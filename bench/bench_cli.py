@@ -330,6 +330,11 @@ def main() -> None:
     binary = wfsched_binary()
     with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as scratch:
         work = Path(scratch)
+        if args.store:
+            # This host's side of the wiped database (its run directories)
+            # starts empty too: an earlier benchmark's would fail the audit
+            # of `store copy` as orphans.
+            os.environ["XDG_STATE_HOME"] = str(work / "state")
         if "list" in only:
             sqlite = bench_list(binary, work, repeat)
             report("list --json, 100 schedules (SQLite)", sqlite, "list")

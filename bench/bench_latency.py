@@ -36,7 +36,6 @@ import math
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from common import (
     STAMP_COMMAND,
@@ -50,6 +49,7 @@ from common import (
     one_shot_definition,
     read_stamps,
     report_log_problems,
+    scratch_store,
     start_supervisor,
     stop_supervisor,
     summary_ms,
@@ -90,7 +90,7 @@ def main() -> int:
     parser.add_argument(
         "--store",
         metavar="URL",
-        help="an empty PostgreSQL store (postgresql://...) instead of a scratch SQLite one",
+        help="a scratch PostgreSQL database (postgresql://...; wiped) instead of a SQLite store",
     )
     args = parser.parse_args()
 
@@ -98,7 +98,7 @@ def main() -> int:
     scraper = None
     with temp_store(args.keep, "wfsched-bench-latency-") as root:
         defs, out = root / "defs", root / "out"
-        store: Path | str = args.store or root / "store"
+        store = scratch_store(args.store, root)
         out.mkdir()
         first = math.ceil(time.time()) + args.lead
         instants = [first + i * args.spacing for i in range(args.samples)]
