@@ -95,7 +95,14 @@ def open_paths(pid: int) -> list[str]:
 @pytest.fixture
 def launcher() -> Iterator[Launcher]:
     with Launcher() as started:
-        yield started
+        try:
+            yield started
+        finally:
+            # A test that failed midway leaves nothing running (a command
+            # waiting for its `go` file would loop for ever).
+            with contextlib.suppress(LauncherError):
+                for live in started.list_live():
+                    started.cancel(ShimHandle(live["pid"], live["start_time"]))
 
 
 def make_spec(
