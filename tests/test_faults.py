@@ -47,6 +47,21 @@ def define_one_shot(store: StoreName, tmp_path: Path, ledger: Path, body: str = 
     assert wfsched(store, "create", str(path)).returncode == 0
 
 
+def define_ledger_jobs(
+    store: StoreName, tmp_path: Path, ledger: Path, count: int, then: str
+) -> None:
+    """One-shots job0..job<count-1>, due a second ago, each appending its run
+    and attempt to `ledger` (one line per start), then running `then`."""
+    for index in range(count):
+        text = (
+            f'id = "job{index}"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+            f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
+            f'{then}"]\n[policy]\nmisfire = "latest"\nlateness = "1h"\n'
+        )
+        path = write_definition(tmp_path / "defs", f"job{index}", text)
+        assert wfsched(store, "create", str(path)).returncode == 0
+
+
 # What the store shows right after the kill: proof the crash hit its boundary.
 # A scheduled run's directories are made, and its first attempt marked, inside
 # the admission's transaction: before its commit nothing of the run is in the
@@ -595,15 +610,7 @@ def test_keeper_killed_inside_a_batch_of_exit_records_loses_or_doubles_nothing(
     store = tmp_path / "store"
     ledger = tmp_path / "ledger"
     go = tmp_path / "go"
-    for index in range(2):
-        text = (
-            f'id = "job{index}"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
-            f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
-            f'while [ ! -e {go} ]; do sleep 0.02; done"]\n'
-            '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
-        )
-        path = write_definition(tmp_path / "defs", f"job{index}", text)
-        assert wfsched(store, "create", str(path)).returncode == 0
+    define_ledger_jobs(store, tmp_path, ledger, 2, f"while [ ! -e {go} ]; do sleep 0.02; done")
     daemon = Daemon(store, env={"WFSCHED_FAULT": point})
     try:
         daemon.wait_started()
@@ -653,14 +660,7 @@ def test_keeper_killed_inside_a_pipelined_chunk_never_runs_an_attempt_twice(
     keeper died before its started record)."""
     store = tmp_path / "store"
     ledger = tmp_path / "ledger"
-    for index in range(6):
-        text = (
-            f'id = "job{index}"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
-            f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}; '
-            'sleep 0.3"]\n[policy]\nmisfire = "latest"\nlateness = "1h"\n'
-        )
-        path = write_definition(tmp_path / "defs", f"job{index}", text)
-        assert wfsched(store, "create", str(path)).returncode == 0
+    define_ledger_jobs(store, tmp_path, ledger, 6, "sleep 0.3")
     daemon = Daemon(store, env={"WFSCHED_FAULT": point})
     try:
         daemon.wait_started()

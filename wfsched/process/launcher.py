@@ -983,13 +983,17 @@ class Launcher:
         is on disk, so for that moment the pid says "gone" and only the lock
         says "alive"; a job that replaced or removed its lock file (the
         keeper's lock is on the file it opened) must not make that moment
-        read as an abandoned run."""
+        read as an abandoned run. Once the keeper has let the attempt go, a
+        lock file that cannot be read is free if the exit record is on disk
+        (a lock is only released after it), and a RecordError otherwise."""
         try:
             if launch_locked(record_dir):
                 return True
         except RecordError:
             if self._keeper_holds(record_dir):
                 return True
+            if read_exit_record(record_dir) is not None:
+                return False  # ended and recorded: a lock outlives no record
             raise
         return self._keeper_holds(record_dir)
 
