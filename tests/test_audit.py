@@ -30,7 +30,9 @@ from wfsched.api.run_ops import Runs
 from wfsched.daemon.supervisor import Supervisor
 from wfsched.domain.config import SupervisorConfig
 from wfsched.domain.definition import parse_definition
+from wfsched.process.launcher import SHIM_RECORD
 from wfsched.store import SQLiteStore, Store
+from wfsched.store.rundirs import STARTED_RECORD
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60
@@ -385,6 +387,40 @@ def test_each_corruption_is_named_exactly(run_cli: CliRun, copy: Path, name: str
     )
     assert any(case.detail in v["detail"] for v in report["violations"]), report
     assert {v["check"] for v in report["violations"]} <= set(CHECKS)
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_a_run_directory_prepared_for_an_admission_not_committed_is_a_note(
+    run_cli: CliRun, copy: Path, started: bool
+) -> None:
+    """A scheduled run's directories are made inside its admission's
+    transaction: an audit can see them before the row commits, and a crash
+    can roll the row back. Never launched (no started record under
+    records/), such a directory is a note and the audit passes; one whose
+    attempt started has lost its row, a violation."""
+    (copy / "runs" / "run-000999" / "attempt-1").mkdir(parents=True)
+    records = copy / "records" / "run-000999" / "attempt-1"
+    records.mkdir(parents=True)
+    if started:
+        (records / STARTED_RECORD).write_text('{"pid": 1, "start_time": 1}')
+    code, out, _ = run_cli("--store", str(copy), "audit", "--json")
+    report = json.loads(out)
+    if started:
+        assert code == 1
+        assert found(report) == [("rundir-orphan", None, "run-000999")]
+        assert report["notes"] == []
+    else:
+        assert code == 0 and report["ok"], report
+        (note,) = report["notes"]
+        assert note["run_id"] == "run-000999" and note["schedule_id"] is None
+        assert "never launched" in note["detail"]
+        code, out, _ = run_cli("--store", str(copy), "audit")
+        assert code == 0
+        assert "note: run-000999: " in out and "audit: ok" in out
+
+
+def test_the_started_record_is_named_alike_in_the_store_and_the_launcher() -> None:
+    assert STARTED_RECORD == SHIM_RECORD
 
 
 def test_human_output_names_each_violation_on_one_line(run_cli: CliRun, copy: Path) -> None:

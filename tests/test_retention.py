@@ -330,6 +330,23 @@ def test_orphan_directories_are_removed_only_when_old_and_rowless(built_any: Bui
     assert recent.exists() and foreign.exists() and (runs_dir / "run-000003").exists()
 
 
+def test_a_rowless_directory_younger_than_a_minute_is_kept_whatever_the_bound(
+    built_any: Builder,
+) -> None:
+    """A scheduled run's directory is made inside its admission's transaction,
+    before its row commits: `prune --older-than 0` must not take it from an
+    admission in flight. Past ORPHAN_MIN_AGE it is an orphan like any other."""
+    from wfsched.api.retention import ORPHAN_MIN_AGE
+
+    runs_dir = built_any.store.runs_dir
+    fresh, stale = runs_dir / "run-000950", runs_dir / "run-000951"
+    for path, age in ((fresh, ORPHAN_MIN_AGE - 5), (stale, ORPHAN_MIN_AGE + 5)):
+        (path / "attempt-1").mkdir(parents=True)
+        os.utime(path, (NOW - age, NOW - age))
+    prune(built_any.store, 0, NOW)
+    assert fresh.exists() and not stale.exists()
+
+
 def test_a_crash_before_directory_removal_leaves_an_orphan_the_next_prune_removes(
     built_any: Builder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -99,6 +99,7 @@ from wfsched.store import (
     parse_run_id,
     run_id,
 )
+from wfsched.store.rundirs import never_launched
 
 CHECKS = (
     "schema",
@@ -146,12 +147,22 @@ def audit(store: Store, host: str | None = None) -> dict[str, Any]:
             }
         )
 
-    # Listed before the snapshot: a run directory is created after its run
-    # row commits, so every directory seen here has its row in the snapshot.
-    def note(schedule_id: str, detail: str) -> None:
-        notes.append({"schedule_id": schedule_id, "detail": detail})
+    def note(schedule_id: str | None, detail: str, run: int | None = None) -> None:
+        notes.append(
+            {
+                "schedule_id": schedule_id,
+                "run_id": run_id(run) if run is not None else None,
+                "detail": detail,
+            }
+        )
 
+    # Listed before the snapshot. A scheduled run's directories are made
+    # inside its admission's transaction, before its row commits, and its
+    # command starts only after: a directory whose run never started (no
+    # started record under records/) may be an admission in flight, or one
+    # that rolled back; any other directory has its row in the snapshot.
     run_dirs = _list_run_dirs(store.runs_dir)
+    unlaunched = never_launched(store.root, run_dirs)
     checked: dict[str, int] = {}
     with store.audit_snapshot():
         if _check_schema(store, add):
@@ -171,7 +182,7 @@ def audit(store: Store, host: str | None = None) -> dict[str, Any]:
             _check_ledger_order(store, add)
             _check_watermarks(schedules, store.ledger_high_marks(), add)
             _check_runs(store, add, host)
-            _check_orphans(store, run_dirs, add)
+            _check_orphans(store, run_dirs, unlaunched, add, note)
     violations.sort(key=lambda v: (_ORDER[v["check"]], v["schedule_id"] or "", v["run_id"] or ""))
     return {"ok": not violations, "violations": violations, "checked": checked, "notes": notes}
 
@@ -743,11 +754,26 @@ def _list_run_dirs(runs_dir: Path) -> list[str]:
         return []
 
 
-def _check_orphans(store: Store, names: list[str], add: Add) -> None:
+def _check_orphans(
+    store: Store,
+    names: list[str],
+    unlaunched: set[str],
+    add: Add,
+    note: Callable[..., None],
+) -> None:
     parsed = {name: parse_run_id(name) for name in names}
     known = store.known_run_seqs([seq for seq in parsed.values() if seq is not None])
     for name, seq in parsed.items():
         if seq is None or run_id(seq) != name:
             add("rundir-orphan", f"{store.runs_dir / name} is not a run directory")
-        elif seq not in known:
+        elif seq in known:
+            continue
+        elif name in unlaunched:
+            note(
+                None,
+                f"{store.runs_dir / name} has no run row and was never launched: an"
+                " admission in flight, or one a crash rolled back (prune removes it)",
+                seq,
+            )
+        else:
             add("rundir-orphan", f"{store.runs_dir / name} has no run row", None, seq)

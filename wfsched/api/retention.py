@@ -72,6 +72,11 @@ from wfsched.store.rundirs import records_root
 BATCH_SIZE = 500
 
 
+ORPHAN_MIN_AGE = 60.0
+"""Seconds a run directory without a row is left alone whatever the prune
+bound: it may belong to an admission whose transaction has not committed."""
+
+
 @dataclass
 class PruneReport:
     cutoff: float
@@ -348,12 +353,14 @@ class _Pruner:
 
     def _orphans(self) -> None:
         """Directories left by a crash between a batch's commit and its
-        directory removal: no run row, and last changed before the cutoff.
+        directory removal, or by an admission a crash rolled back: no run
+        row, and last changed before the cutoff and ORPHAN_MIN_AGE ago.
 
-        The listing comes before the row lookup: a run's row commits before
-        its directory is created, so a directory we list always finds its
-        row if it has one.
-        """
+        The listing comes before the row lookup. A scheduled run's directory
+        is made inside its admission's transaction, before its row commits:
+        one listed without a row may be an admission in flight, which
+        ORPHAN_MIN_AGE (far longer than any transaction) keeps whatever the
+        cutoff (`prune --older-than 0`)."""
         listed = dict(self._run_dirs())
         if not listed:
             return
@@ -366,7 +373,7 @@ class _Pruner:
                 mtime = entry.stat(follow_symlinks=False).st_mtime
             except FileNotFoundError:
                 continue
-            if mtime < self.cutoff:
+            if mtime < min(self.cutoff, self.now - ORPHAN_MIN_AGE):
                 orphans.append(Path(entry.path))
         for batch in chunked(orphans, self.batch_size):
             self._spend()

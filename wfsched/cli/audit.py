@@ -34,7 +34,7 @@ def audit(state: CliState, as_json: bool) -> None:
             )
             say(f"{violation['check']}: {subject or '-'}: {violation['detail']}")
         for item in report["notes"]:
-            say(f"note: {item['schedule_id']}: {item['detail']}")
+            say(f"note: {item['schedule_id'] or item['run_id']}: {item['detail']}")
         checked = ", ".join(f"{count} {name}" for name, count in report["checked"].items())
         verdict = "ok" if report["ok"] else f"{len(report['violations'])} violation(s)"
         say(f"audit: {verdict} (checked {checked or 'nothing'})")

@@ -92,6 +92,30 @@ def records_root(store_root: Path) -> Path:
     return store_root / RECORDS_DIR
 
 
+STARTED_RECORD = "shim.json"
+"""The run keeper's started record in an attempt's record directory
+(`wfsched.process.launcher.SHIM_RECORD`; the layers keep the two apart)."""
+
+
+def never_launched(store_root: Path, names: list[str]) -> set[str]:
+    """Of these run directory names, those whose run has a record directory
+    but no attempt with a started record: prepared, never launched (an
+    admission in flight, or one that rolled back)."""
+    found = set()
+    for name in names:
+        try:
+            with os.scandir(records_root(store_root) / name) as attempts:
+                started = any(
+                    os.path.lexists(os.path.join(attempt.path, STARTED_RECORD))
+                    for attempt in attempts
+                )
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not started:
+            found.add(name)
+    return found
+
+
 def record_dir(store_root: Path, run_id: str, name: str) -> Path:
     """`records/<run-id>/<name>` (`attempt-N` or a hook's `notify-N`)."""
     return records_root(store_root) / run_id / name
