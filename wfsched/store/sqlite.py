@@ -16,8 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -568,8 +567,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         if self._conn.in_transaction:
             self.set_shim_handles(handles)
             return
-        with self._unsynced(), self.atomic():
-            self.set_shim_handles(handles)
+        self._execute("PRAGMA synchronous = NORMAL")
+        try:
+            with self.atomic():
+                self.set_shim_handles(handles)
+        finally:
+            self._execute("PRAGMA synchronous = FULL")
 
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - _ATTEMPT_MUTABLE
@@ -670,7 +673,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         last stamps can be lost in a power cut, which costs nothing, while an
         fsync every poll interval costs the disk a sync per second forever.
         """
-        with self._unsynced():
+        self._execute("PRAGMA synchronous = NORMAL")
+        try:
             if len(values) == 1 and not self._conn.in_transaction:
                 # The usual stamp: one statement, its own transaction.
                 ((key, value),) = values.items()
@@ -678,14 +682,6 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
                     return
             with self.atomic():
                 self.set_meta(**values)
-
-    @contextmanager
-    def _unsynced(self) -> Iterator[None]:
-        """Commits in this block skip the fsync (`synchronous=NORMAL`): still
-        atomic in WAL mode, only the last ones can be lost to a power cut."""
-        self._execute("PRAGMA synchronous = NORMAL")
-        try:
-            yield
         finally:
             self._execute("PRAGMA synchronous = FULL")
 
