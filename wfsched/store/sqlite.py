@@ -549,7 +549,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             [(run_started, attempt, seq) for seq, attempt, _, run_started in marks],
         )
 
-    def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+    def _set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
         """Started shims, as (run_seq, attempt, shim_pid, shim_start_time)."""
         self._execute_many(
             "UPDATE attempts SET shim_pid = ?, shim_start_time = ?"
@@ -558,7 +558,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         )
 
     def note_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
-        """`set_shim_handles` committed without an fsync (as `touch_meta`):
+        """`_set_shim_handles` committed without an fsync (as `touch_meta`):
         the stored pid only saves a read of the keeper's started record
         (`shim.json`, written before the command starts), which recovery
         reads when no pid is stored. A supervisor crash loses nothing (the
@@ -566,10 +566,10 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         and recovery then finds what the records say. Its fsync came right
         after every spawn, before the next chunk of a burst."""
         if self._conn.in_transaction:
-            self.set_shim_handles(handles)
+            self._set_shim_handles(handles)
             return
         with self._unsynced(), self.atomic():
-            self.set_shim_handles(handles)
+            self._set_shim_handles(handles)
 
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - _ATTEMPT_MUTABLE
