@@ -141,7 +141,8 @@ def bench_list(binary: str, work: Path, repeat: int, url: str | None = None) -> 
         ("list", [binary, "list", "--json"], list_store(work))
     ]
     if url is not None:
-        connect = f"import psycopg; psycopg.connect({url!r}).close()"
+        # Frozen before it exits, as the wfsched program is (wfsched.entry).
+        connect = f"import gc, psycopg; psycopg.connect({url!r}).close(); gc.freeze()"
         commands += [
             ("list-pg", [binary, "list", "--json"], list_store(work, url)),
             ("python", [sys.executable, "-c", "pass"], ""),
