@@ -7,6 +7,7 @@ full garbage collections that walk every object the imports built, only for
 the memory to go back to the system a moment later; with psycopg loaded one
 such walk costs about 15 ms of CPU, and the exit makes more than one (the
 figures are in docs/postgresql.md).
+
 Nothing else changes at exit: `atexit` handlers run, threads are joined,
 modules are torn down and whatever reference counting frees is freed as
 before. Only objects caught in reference cycles are left to the end of the
