@@ -1155,6 +1155,18 @@ class Supervisor:
     def _persist(
         self, row: ScheduleRow, defn: Definition, decision: Decision, now: float
     ) -> list[RunRow]:
+        # The schedule's row first: nothing reads its answer, so a server
+        # store sends it with the ledger and run inserts that follow (one
+        # round trip) rather than on its own at the end of the savepoint.
+        self.store.update_schedule(
+            row.id,
+            consumed_through=decision.consumed_through,
+            candidate_at=decision.candidate.at if decision.candidate else None,
+            candidate_why=decision.candidate.why if decision.candidate else None,
+            next_due=decision.next_due,
+            exhausted=int(decision.exhausted),
+            blocked_reason=decision.blocked,
+        )
         record_entries(self.store, row.id, row.revision, decision.entries, now)
         for entry in decision.entries:
             self._note(
@@ -1167,15 +1179,6 @@ class Supervisor:
                 admitted.append(run)
         if decision.blocked:
             self._note("blocked", schedule=row.id, reason=decision.blocked)
-        self.store.update_schedule(
-            row.id,
-            consumed_through=decision.consumed_through,
-            candidate_at=decision.candidate.at if decision.candidate else None,
-            candidate_why=decision.candidate.why if decision.candidate else None,
-            next_due=decision.next_due,
-            exhausted=int(decision.exhausted),
-            blocked_reason=decision.blocked,
-        )
         self.observer.schedule_changed(row.id)
         if admitted:
             self._round_robin_after = row.id
