@@ -258,12 +258,11 @@ class PostgresStore(SQLiteStore):
         when nothing is held); the cursor of `last`, its answer read. The
         first error of any of them is raised (the server skips the rest)."""
         held, self._held = self._held, []
-        conn = self._conn
         try:
             if not held:
                 assert last is not None
                 return self._run(last)
-            with conn.pipeline():
+            with self._conn.pipeline():
                 for statement in held:
                     self._run(statement)
                 cursor = self._run(last) if last is not None else None
@@ -315,7 +314,7 @@ class PostgresStore(SQLiteStore):
                     return
                 self._flush()  # a held write's error belongs to this savepoint
             except BaseException:
-                self._undo(savepoint)
+                self._undo(savepoint, name)
                 raise
             self._hold_raw(f"RELEASE SAVEPOINT {name}")
             return
@@ -333,7 +332,7 @@ class PostgresStore(SQLiteStore):
             raise
         self._raw("COMMIT")
 
-    def _undo(self, savepoint: _Held) -> None:
+    def _undo(self, savepoint: _Held, name: str) -> None:
         """Roll a nested `atomic()` back. Everything held now was held
         after its SAVEPOINT: if the SAVEPOINT itself is still held, none of
         it reached the server and it is simply dropped; otherwise it is
@@ -344,8 +343,8 @@ class PostgresStore(SQLiteStore):
                 return
         self._held = []
         with suppress(psycopg.Error, StoreError):
-            self._raw(f"ROLLBACK TO SAVEPOINT {savepoint[0].split()[-1]}")
-            self._raw(f"RELEASE SAVEPOINT {savepoint[0].split()[-1]}")
+            self._raw(f"ROLLBACK TO SAVEPOINT {name}")
+            self._raw(f"RELEASE SAVEPOINT {name}")
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
