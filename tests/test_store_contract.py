@@ -220,9 +220,51 @@ def test_a_nested_atomic_rolls_back_only_its_own_writes(store: Store) -> None:
             store.insert_schedule("inner", "{}", T0, T0, None)
             raise Boom
         store.set_meta(after="yes")
+        # Writes nobody reads the answer of (a server store holds them back
+        # until the next answered statement): undone all the same.
+        with pytest.raises(Boom), store.atomic():
+            store.set_meta(inner="no")
+            store.update_schedule("outer", paused=1)
+            raise Boom
     assert store.get_schedule("outer") is not None
     assert store.get_schedule("inner") is None
     assert store.get_meta("after") == "yes"
+    assert store.get_meta("inner") is None
+    assert store.get_schedule("outer").paused is False  # type: ignore[union-attr]
+
+
+def test_a_refused_write_fails_its_own_nested_atomic_not_a_later_one(
+    store: Store, store_backend: Backend
+) -> None:
+    """The supervisor decides each schedule in a nested atomic and blocks
+    that schedule alone when its writes are refused: the refusal must be
+    raised inside the block that made the write, however late a store
+    sends it, and the transaction goes on to commit the rest."""
+    add_schedule(store)
+    with store.atomic():
+        store.update_schedule("s", consumed_through=T0 + 600)
+    with store.atomic():
+        store.set_meta(before="1")
+        with pytest.raises(store_backend.integrity_error), store.atomic():
+            store.update_schedule("s", consumed_through=T0 + 599)
+        with store.atomic():
+            store.update_schedule("s", paused=1)
+        store.set_meta(after="1")
+    row = store.get_schedule("s")
+    assert row is not None and (row.consumed_through, row.paused) == (T0 + 600, True)
+    assert (store.get_meta("before"), store.get_meta("after")) == ("1", "1")
+
+
+def test_writes_of_a_transaction_that_failed_are_never_sent_later(store: Store) -> None:
+    add_schedule(store)
+    with pytest.raises(Boom), store.atomic():
+        store.update_schedule("s", paused=1)
+        store.set_meta(lost="1")
+        raise Boom
+    with store.atomic():
+        store.set_meta(kept="1")
+    assert store.get_meta("lost") is None and store.get_meta("kept") == "1"
+    assert store.get_schedule("s").paused is False  # type: ignore[union-attr]
 
 
 def test_an_error_after_a_nested_commit_rolls_back_everything(store: Store) -> None:
@@ -272,6 +314,16 @@ def test_schedules_by_id_crosses_the_in_list_chunk(store: Store) -> None:
     assert store.active_run_counts(ids) == {ids[-1]: 1}
     assert store.last_outcomes(ids) == {ids[-1]: "admitted"}
     assert store.get_run(seq) is not None
+
+
+def test_runs_by_seq_crosses_the_in_list_chunk(store: Store) -> None:
+    add_schedule(store)
+    with store.atomic():
+        seqs = [store.insert_run("s", "manual", T0, 1, "{}", T0) for _ in range(503)]
+    found = store.runs_by_seq([*seqs, 10_000])
+    assert sorted(found) == seqs
+    assert all(found[seq].seq == seq and found[seq].kind == "manual" for seq in seqs)
+    assert store.runs_by_seq([]) == {}
 
 
 def test_revisions_are_kept_per_schedule(store: Store) -> None:
@@ -370,6 +422,33 @@ def test_a_resumed_attempt_leaves_the_previous_reason_on_its_own_row(store: Stor
         75,
         reason,
     )
+
+
+def test_an_admitted_run_is_written_with_its_ledger_row(
+    store: Store, store_backend: Backend
+) -> None:
+    """`insert_admitted_run` writes what `insert_run` then `insert_occurrence`
+    write (one statement on a server): the run admitted, its ledger row
+    naming it, recorded when it was admitted, placed after earlier rows."""
+    add_schedule(store)
+    with store.atomic():
+        store.insert_occurrence("s", T0 + 30, "skipped-misfire", 1, T0)
+        seq = store.insert_admitted_run("s", T0 + 60, 1, '{"argv": ["true"]}', T0 + 1, host="h")
+    run = store.get_run(seq)
+    assert run is not None
+    assert (run.kind, run.state, run.scheduled_at, run.admitted_at, run.host, run.attempt) == (
+        "scheduled", "admitted", T0 + 60, T0 + 1, "h", 0
+    )  # fmt: skip
+    row = store.occurrence_for_run(seq)
+    assert row is not None
+    assert (row.scheduled_at, row.state, row.revision, row.recorded_at, row.summary) == (
+        T0 + 60, "admitted", 1, T0 + 1, False
+    )  # fmt: skip
+    assert [r.scheduled_at for r in store.page_occurrences("s", None, 10)] == [T0 + 30, T0 + 60]
+    # The instant decided twice is refused, and with it the second run.
+    with pytest.raises(store_backend.integrity_error), store.atomic():
+        store.insert_admitted_run("s", T0 + 60, 1, "{}", T0 + 2)
+    assert [r.seq for r in store.list_runs()] == [seq]
 
 
 def test_a_run_from_admission_to_completion(store: Store) -> None:

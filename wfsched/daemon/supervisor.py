@@ -1155,6 +1155,18 @@ class Supervisor:
     def _persist(
         self, row: ScheduleRow, defn: Definition, decision: Decision, now: float
     ) -> list[RunRow]:
+        # The schedule's row first: nothing reads its answer, so a server
+        # store sends it with the ledger and run inserts that follow (one
+        # round trip) rather than on its own at the end of the savepoint.
+        self.store.update_schedule(
+            row.id,
+            consumed_through=decision.consumed_through,
+            candidate_at=decision.candidate.at if decision.candidate else None,
+            candidate_why=decision.candidate.why if decision.candidate else None,
+            next_due=decision.next_due,
+            exhausted=int(decision.exhausted),
+            blocked_reason=decision.blocked,
+        )
         record_entries(self.store, row.id, row.revision, decision.entries, now)
         for entry in decision.entries:
             self._note(
@@ -1167,15 +1179,6 @@ class Supervisor:
                 admitted.append(run)
         if decision.blocked:
             self._note("blocked", schedule=row.id, reason=decision.blocked)
-        self.store.update_schedule(
-            row.id,
-            consumed_through=decision.consumed_through,
-            candidate_at=decision.candidate.at if decision.candidate else None,
-            candidate_why=decision.candidate.why if decision.candidate else None,
-            next_due=decision.next_due,
-            exhausted=int(decision.exhausted),
-            blocked_reason=decision.blocked,
-        )
         self.observer.schedule_changed(row.id)
         if admitted:
             self._round_robin_after = row.id
@@ -1185,9 +1188,9 @@ class Supervisor:
         """Freeze the invocation and write the run and its admitted row, or
         record preflight-rejected: no run is invented for a rejected start.
         The run as written (its launch needs no read back)."""
-        made = self._freeze(row, defn, instant, "scheduled", now)
-        if isinstance(made, Refusal):
-            reason = made.reason
+        frozen = self._freeze_invocation(row, defn, instant, "scheduled")
+        if isinstance(frozen, Refusal):
+            reason = frozen.reason
             self.store.insert_occurrence(
                 row.id, instant, "preflight-rejected", row.revision, now, reason=reason
             )
@@ -1197,8 +1200,9 @@ class Supervisor:
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
-        seq, frozen = made
-        self.store.insert_occurrence(row.id, instant, "admitted", row.revision, now, run_seq=seq)
+        seq = self.store.insert_admitted_run(
+            row.id, instant, row.revision, frozen, now, host=self.config.host
+        )
         self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
         return RunRow(
             seq, row.id, "scheduled", instant, "admitted", None, None, row.revision, frozen, now,
@@ -1208,9 +1212,10 @@ class Supervisor:
     def _freeze(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
     ) -> tuple[int, str] | Refusal:
-        """The one way a run is made, scheduled or manual: its invocation
-        frozen (`_freeze_invocation`), then the run inserted. The run's seq
-        and frozen invocation, or why it cannot start: then nothing is written."""
+        """A manual run made: its invocation frozen (`_freeze_invocation`, as
+        a scheduled run's is in `_admit`), then the run inserted. The run's
+        seq and frozen invocation, or why it cannot start: then nothing is
+        written."""
         frozen = self._freeze_invocation(row, defn, instant, kind)
         if isinstance(frozen, Refusal):
             return frozen
@@ -2001,8 +2006,11 @@ class Supervisor:
         """Record how attempts ended (one transaction), then log and alert."""
         ended: list[tuple[Watch, RunRow, str, str | None, int | None]] = []
         with self.store.atomic():
+            # Read at once (one statement, not one per run); a run recorded
+            # in this loop is read again should it come up twice.
+            runs = self.store.runs_by_seq([watch.run_seq for watch, _, _ in endings])
             for watch, record, failure in endings:
-                run = self.store.get_run(watch.run_seq)
+                run = runs.pop(watch.run_seq, None) or self.store.get_run(watch.run_seq)
                 # An attempt whose end is already recorded (a launch failure
                 # settled after its record committed) is not recorded twice.
                 if run is not None and run.state == "running" and run.attempt == watch.attempt:

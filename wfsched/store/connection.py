@@ -27,6 +27,17 @@ class Connected:
     def _execute_many(self, statement: str, rows: Sequence[Sequence[Any]]) -> sqlite3.Cursor:
         return self._conn.executemany(self.dialect.sql(statement), rows)
 
+    def _write(self, statement: str, params: Sequence[Any] = ()) -> None:
+        """A write whose answer (rows, row count) nobody reads. A store on a
+        server may hold it back inside a transaction and send it with the
+        next statement that must be answered (`PostgresStore`: one round
+        trip for both); an embedded database runs it at once."""
+        self._execute(statement, params)
+
+    def _write_many(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        """`_write` for one statement over many rows."""
+        self._execute_many(statement, rows)
+
     @contextmanager
     def atomic(self) -> Iterator[None]:
         """One write transaction; nested calls become savepoints.

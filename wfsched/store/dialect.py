@@ -91,9 +91,15 @@ class Dialect(ABC):
     def group_concat(self, expression: str) -> str:
         """Aggregate `expression` into one comma-separated string."""
 
+    def returning_key(self) -> str:
+        """What an INSERT whose key `inserted_id` reads ends with ("" when
+        the driver reports the key itself)."""
+        return ""
+
     @abstractmethod
     def inserted_id(self, cursor: Any) -> int:
-        """The generated key of the row the cursor's INSERT added."""
+        """The generated key of the row the cursor's INSERT added (the
+        INSERT ends with `returning_key()`)."""
 
 
 class SQLiteDialect(Dialect):

@@ -182,7 +182,27 @@ class Store(Protocol):
         """`host`: the host whose supervisor admits the run and executes it."""
         ...
 
+    def insert_admitted_run(
+        self,
+        schedule_id: str,
+        scheduled_at: int,
+        revision: int,
+        invocation: str,
+        admitted_at: float,
+        host: str | None = None,
+    ) -> int:
+        """A scheduled run admitted at `admitted_at` and its `admitted` ledger
+        row (recorded then, naming the run): `insert_run` then
+        `insert_occurrence`, which a server store sends as one statement.
+        The run's seq."""
+        ...
+
     def get_run(self, seq: int) -> RunRow | None: ...
+
+    def runs_by_seq(self, seqs: Sequence[int]) -> dict[int, RunRow]:
+        """The runs of these seqs that exist, by seq (one statement per
+        IN-list chunk, not one per run)."""
+        ...
 
     def update_run(self, seq: int, **fields: Any) -> None: ...
 

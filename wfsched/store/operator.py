@@ -31,7 +31,8 @@ class OperatorQueries(Connected):
     ) -> int:
         cursor = self._execute(
             "INSERT INTO notifications (schedule_id, run_seq, scheduled_at, attempt, state,"
-            " reason, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " reason, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            + self.dialect.returning_key(),
             (
                 schedule_id,
                 run_seq,

@@ -300,7 +300,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         if unknown:
             raise ValueError(f"not mutable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self._execute(
+        self._write(
             f"UPDATE schedules SET {assignments} WHERE id = ?", (*fields.values(), schedule_id)
         )
 
@@ -351,7 +351,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             "INSERT INTO occurrences (schedule_id, scheduled_at, last_at, count, summary, state,"
             " reason, revision, run_seq, recorded_at, ledger_pos)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-            f" COALESCE(?, {self.dialect.next_ledger_position()}))",
+            f" COALESCE(?, {self.dialect.next_ledger_position()})){self.dialect.returning_key()}",
             (
                 schedule_id,
                 scheduled_at,
@@ -424,21 +424,49 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     ) -> int:
         cursor = self._execute(
             "INSERT INTO runs (schedule_id, kind, scheduled_at, state, revision, invocation,"
-            " admitted_at, host) VALUES (?, ?, ?, 'admitted', ?, ?, ?, ?)",
+            " admitted_at, host) VALUES (?, ?, ?, 'admitted', ?, ?, ?, ?)"
+            + self.dialect.returning_key(),
             (schedule_id, kind, scheduled_at, revision, invocation, admitted_at, host),
         )
         return self.dialect.inserted_id(cursor)
 
+    def insert_admitted_run(
+        self,
+        schedule_id: str,
+        scheduled_at: int,
+        revision: int,
+        invocation: str,
+        admitted_at: float,
+        host: str | None = None,
+    ) -> int:
+        seq = self.insert_run(
+            schedule_id, "scheduled", scheduled_at, revision, invocation, admitted_at, host
+        )
+        self.insert_occurrence(
+            schedule_id, scheduled_at, "admitted", revision, admitted_at, run_seq=seq
+        )
+        return seq
+
     def get_run(self, seq: int) -> RunRow | None:
         row = self._execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE seq = ?", (seq,)).fetchone()
         return RunRow(*row) if row else None
+
+    def runs_by_seq(self, seqs: Sequence[int]) -> dict[int, RunRow]:
+        found: dict[int, RunRow] = {}
+        for chunk in chunked(seqs):
+            rows = self._execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE seq IN ({_placeholders(chunk)})", chunk
+            )
+            for row in rows:
+                found[row[0]] = RunRow(*row)
+        return found
 
     def update_run(self, seq: int, **fields: Any) -> None:
         unknown = set(fields) - _RUN_MUTABLE
         if unknown:
             raise ValueError(f"not mutable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self._execute(f"UPDATE runs SET {assignments} WHERE seq = ?", (*fields.values(), seq))
+        self._write(f"UPDATE runs SET {assignments} WHERE seq = ?", (*fields.values(), seq))
 
     def list_runs(
         self,
@@ -538,12 +566,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         """Attempts starting, as (run_seq, attempt, started_at, the run's
         started_at): each attempt row running, its run running with no reason
         or exit code. Two statements for a whole launch chunk."""
-        self._execute_many(
+        self._write_many(
             "INSERT INTO attempts (run_seq, attempt, state, started_at)"
             " VALUES (?, ?, 'running', ?)",
             [(seq, attempt, started) for seq, attempt, started, _ in marks],
         )
-        self._execute_many(
+        self._write_many(
             "UPDATE runs SET state = 'running', started_at = ?, attempt = ?, reason = NULL,"
             " exit_code = NULL WHERE seq = ?",
             [(run_started, attempt, seq) for seq, attempt, _, run_started in marks],
@@ -551,7 +579,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     def _set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
         """Started shims, as (run_seq, attempt, shim_pid, shim_start_time)."""
-        self._execute_many(
+        self._write_many(
             "UPDATE attempts SET shim_pid = ?, shim_start_time = ?"
             " WHERE run_seq = ? AND attempt = ?",
             [(pid, start_time, seq, attempt) for seq, attempt, pid, start_time in handles],
@@ -576,7 +604,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         if unknown:
             raise ValueError(f"not mutable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in fields)
-        self._execute(
+        self._write(
             f"UPDATE attempts SET {assignments} WHERE run_seq = ? AND attempt = ?",
             (*fields.values(), run_seq, attempt),
         )
@@ -618,7 +646,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     ) -> int:
         cursor = self._execute(
             "INSERT INTO requests (kind, schedule_id, run_seq, payload, created_at)"
-            " VALUES (?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?)" + self.dialect.returning_key(),
             (kind, schedule_id, run_seq, payload, now),
         )
         return self.dialect.inserted_id(cursor)
@@ -653,7 +681,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         return RequestRow(*row) if row else None
 
     def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
-        self._execute(
+        self._write(
             "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
             (state, result, now, seq),
         )
@@ -661,7 +689,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     # -- supervisor bookkeeping --------------------------------------------------
 
     def set_meta(self, **values: str) -> None:
-        self._execute_many(self.dialect.upsert("meta", "key", ["value"]), list(values.items()))
+        self._write_many(self.dialect.upsert("meta", "key", ["value"]), list(values.items()))
 
     def touch_meta(self, **values: str) -> None:
         """A bookkeeping write (the liveness stamp) committed without an fsync.
