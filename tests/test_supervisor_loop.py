@@ -927,7 +927,10 @@ class TestIdleSleep:
         TestQuietTicks.idle(q, T0 - 30)  # a quiet tick that stamps
         assert not self.readable()
         q.clock.set(T0 - 0.02)
-        q.supervisor._prewake()  # the durable stamp just before an instant
+        q.supervisor._sleep_seconds()  # sleeping to T0, where "a" is due
+        q.supervisor._sleep = q.clock.advance
+        q.supervisor._prewake()  # the instant's tick, its admission held to T0
+        assert q.run_ids() == ["run-000001"]
         assert not self.readable()
 
     def test_a_request_wakes_the_sleep_and_is_answered_by_the_next_tick(
