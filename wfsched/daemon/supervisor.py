@@ -345,9 +345,9 @@ class Supervisor:
         self._nothing_due = False
         """The last admission phase found nothing due (the idle tick)."""
         self._warmed_for: int | None = None
+        """The due instant whose schedules were warmed (see `_read_next_due`)."""
         self._sleeping_to: int | None = None
         """The due instant the loop is sleeping to, if the sleep ends there."""
-        """The due instant whose schedules were warmed (see `_read_next_due`)."""
         self._tick_changes: int | None = None
         """The store's change counter as the last full tick began."""
         self._commits: CommitWatch | None = None
