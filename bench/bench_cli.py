@@ -6,10 +6,12 @@
 
 With `--store URL` (a PostgreSQL database the benchmark may wipe: it drops
 wfsched's tables there before each use) the list measurement runs on both
-stores, and `copy` times `wfsched store copy` of a realistic SQLite store
-(10,000 schedules, 1,000,000 ledger rows) into that database and back into a
-new SQLite directory: the rows and files (`seconds` of the copy's JSON) and
-the whole command, whose audit of the copy walks every ledger row.
+stores, alternating, next to two floors (`python -c pass`, and a process
+that only imports psycopg and connects to URL), and `copy` times `wfsched
+store copy` of a realistic SQLite store (10,000 schedules, 1,000,000
+ledger rows) into that database and back into a new SQLite directory: the
+rows and files (`seconds` of the copy's JSON) and the whole command, whose
+audit of the copy walks every ledger row.
 
 Prints the median of:
 - `wfsched list --json` over 100 schedules (budget: < 150 ms per process);
@@ -109,8 +111,8 @@ LAST_OUTPUT = [b""]
 """stdout of the last timed command."""
 
 
-def bench_list(binary: str, work: Path, repeat: int, url: str | None = None) -> float:
-    """`list --json` over 100 schedules, in a SQLite store or in the database `url`."""
+def list_store(work: Path, url: str | None = None) -> Path | str:
+    """100 schedules in a new SQLite store under `work`, or in the database `url`."""
     store_path: Path | str = work / "list-store"
     if url is None:
         store = SQLiteStore(store_path)
@@ -124,9 +126,33 @@ def bench_list(binary: str, work: Path, repeat: int, url: str | None = None) -> 
             parse_definition(DEFINITION.format(id=f"job-{index:03d}", minute=index % 60), "bench")
         )
     store.close()
-    return timed(
-        [binary, "list", "--json"], store_path, repeat, "list" if url is None else "list-pg"
-    )
+    return store_path
+
+
+def bench_list(binary: str, work: Path, repeat: int, url: str | None = None) -> dict[str, float]:
+    """`list --json` over 100 schedules: median wall seconds per label.
+
+    With `url`, the SQLite and the PostgreSQL command alternate run by run
+    (on a shared machine, load that comes and goes then weighs on both), and
+    so do two floors: a bare interpreter (`python -c pass`) and one that
+    only imports psycopg and connects to `url` (no wfsched at all), the least
+    any PostgreSQL command of one process per invocation can cost."""
+    commands: list[tuple[str, list[str], Path | str]] = [
+        ("list", [binary, "list", "--json"], list_store(work))
+    ]
+    if url is not None:
+        # Frozen before it exits, as the wfsched program is (wfsched.entry).
+        connect = f"import gc, psycopg; psycopg.connect({url!r}).close(); gc.freeze()"
+        commands += [
+            ("list-pg", [binary, "list", "--json"], list_store(work, url)),
+            ("python", [sys.executable, "-c", "pass"], ""),
+            ("psycopg-connect", [sys.executable, "-c", connect], ""),
+        ]
+    walls: dict[str, list[float]] = {label: [] for label, _, _ in commands}
+    for round_ in range(repeat):
+        for label, argv, store in commands if round_ % 2 == 0 else commands[::-1]:
+            walls[label].append(timed(argv, store, 1, label))
+    return {label: statistics.median(samples) for label, samples in walls.items()}
 
 
 def open_store_url(url: str) -> Store:
@@ -336,12 +362,17 @@ def main() -> None:
             # of `store copy` as orphans.
             os.environ["XDG_STATE_HOME"] = str(work / "state")
         if "list" in only:
-            sqlite = bench_list(binary, work, repeat)
-            report("list --json, 100 schedules (SQLite)", sqlite, "list")
+            listed = bench_list(binary, work, repeat, args.store)
+            report("list --json, 100 schedules (SQLite)", listed["list"], "list")
             if args.store:
-                pg = bench_list(binary, work, repeat, args.store)
-                report("list --json, 100 schedules (PostgreSQL)", pg, "list-pg")
-                print(f"PostgreSQL / SQLite: {pg / sqlite:.2f}")
+                report("list --json, 100 schedules (PostgreSQL)", listed["list-pg"], "list-pg")
+                report("floor: python -c pass", listed["python"], "python")
+                floor = listed["psycopg-connect"]
+                report("floor: import psycopg, connect", floor, "psycopg-connect")
+                print(
+                    f"PostgreSQL / SQLite: {listed['list-pg'] / listed['list']:.2f}"
+                    f" (the floor alone: {floor / listed['list']:.2f})"
+                )
         if "copy" in only and args.store:
             if args.quick:
                 bench_copy(binary, work, args.store, 1_000, 100)

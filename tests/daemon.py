@@ -51,14 +51,22 @@ def wfsched_json(store: StoreName, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 15.0, what: str = "condition") -> T:
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = 15.0,
+    what: str = "condition",
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """`explain` adds what the state was at the timeout, for a failure seen
+    only under a loaded CI run."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
         time.sleep(0.05)
 
 

@@ -9,6 +9,7 @@ admitted twice, no run launched twice, every instant with a ledger row,
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -542,11 +543,16 @@ class NetworkCut:
     real network partition)."""
 
     def __init__(self, tmp_path: Path) -> None:
-        tag = f"{os.getpid() % 10000}"
+        tag = os.getpid() % 10000
         self.netns = f"wfsched-cut-{tag}"
         self.outer = f"wfc{tag}h"
         self.inner = f"wfc{tag}n"
-        self.address = "10.231.77.1"
+        # A /30 of its own per test process: two runs at once (a CI clone and
+        # a developer's suite) must not route each other's cut.
+        self.network = ipaddress.IPv4Network(
+            (int(ipaddress.IPv4Address("10.232.0.0")) + 4 * tag, 30)
+        )
+        self.address = str(self.network[1])
         self.tmp_path = tmp_path
         self.server: PostgresServer | None = None
 
@@ -564,7 +570,7 @@ class NetworkCut:
             self._ip("addr", "add", f"{self.address}/30", "dev", self.outer)
             self._ip("link", "set", self.outer, "up")
             inside = ("netns", "exec", self.netns, "ip")
-            self._ip(*inside, "addr", "add", "10.231.77.2/30", "dev", self.inner)
+            self._ip(*inside, "addr", "add", f"{self.network[2]}/30", "dev", self.inner)
             self._ip(*inside, "link", "set", self.inner, "up")
             self._ip(*inside, "link", "set", "lo", "up")
         except (subprocess.CalledProcessError, OSError) as exc:
@@ -574,7 +580,7 @@ class NetworkCut:
         if bindir is None:
             self.remove()
             return "no PostgreSQL server binaries"
-        self.server = TcpServer(bindir, self.address)
+        self.server = TcpServer(bindir, self.address, str(self.network))
         self.server.start()
         return None
 
@@ -602,15 +608,16 @@ class NetworkCut:
 class TcpServer(PostgresServer):
     """The test server, listening on TCP at `address` too (trusting that subnet)."""
 
-    def __init__(self, bindir: Path, address: str) -> None:
+    def __init__(self, bindir: Path, address: str, network: str) -> None:
         super().__init__(bindir)
         self.address = address
+        self.network = network
         self.port = 20000 + os.getpid() % 20000
 
     def _start(self) -> None:
         hba = self.data / "pg_hba.conf"
-        if "10.231.77.0/30" not in hba.read_text():
-            hba.write_text(hba.read_text() + "host all all 10.231.77.0/30 trust\n")
+        if self.network not in hba.read_text():
+            hba.write_text(hba.read_text() + f"host all all {self.network} trust\n")
         options = (
             f"-k {self.socket_dir} -c listen_addresses='{self.address}' -p {self.port}"
             " -c fsync=off -c synchronous_commit=off -c max_connections=50"
@@ -639,11 +646,21 @@ def test_a_network_cut_between_the_leader_and_the_database(tmp_path: Path) -> No
         url = cut.server.tcp_url(cut.url())
         a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
         marker = tmp_path / "ran"
-        first = Daemon(url, "--host", "a", *LEASE, env=a.env, prefix=cut.command())
+        # Host a's runs in flight at the cut stay unfinished (hence hold an
+        # execution slot) until host a records them or is lost; room for all
+        # eight keeps this test about admission, not capacity.
+        room = ("--max-concurrent-runs", "16")
+        first = Daemon(url, "--host", "a", *LEASE, *room, env=a.env, prefix=cut.command())
         first.wait_started()
         wait_leader(url, [first])
-        second = b.supervise(url)
+        second = b.supervise(url, *room)
         second.wait_started()
+
+        def state() -> str:
+            rows = "\n".join(map(str, ledger(url)))
+            logs = f"host a:\n{first.text()[-3000:]}\nhost b:\n{second.text()[-3000:]}"
+            return f"ledger:\n{rows}\n{logs}"
+
         try:
             names = every_half_second(tmp_path / "defs", marker, 8, 3)
             create_all(url, tmp_path / "defs")
@@ -654,11 +671,12 @@ def test_a_network_cut_between_the_leader_and_the_database(tmp_path: Path) -> No
                 lambda: len([row for row in ledger(url) if row[2] == "admitted"]) == 8,
                 timeout=30,
                 what="the new leader to admit what falls due during the cut",
+                explain=state,
             )
             # A run host a was executing is recorded by host a once it is back.
             cut.mend()
             wait_for(lambda: " standby " in first.text(), timeout=30, what="the old leader")
-            runs = wait_for(lambda: settled(url, 8), timeout=40, what="every run")
+            runs = wait_for(lambda: settled(url, 8), timeout=40, what="every run", explain=state)
         finally:
             cut.mend()
             assert second.stop() == 0

@@ -148,6 +148,26 @@ def test_the_read_path_never_imports_croniter(
     assert result.returncode == 0, result.stderr
 
 
+def test_the_program_freezes_its_objects_before_the_interpreter_exits(tmp_path: Path) -> None:
+    """The interpreter's exit collects garbage over every object the imports
+    built (about 15 ms with psycopg loaded): the program freezes them first,
+    after its command, and the command's output and exit status are intact."""
+    result = run_python(
+        """
+        import atexit, gc, sys
+        atexit.register(lambda: print("frozen", gc.get_freeze_count(), file=sys.stderr))
+        sys.argv = ["wfsched", "--store", sys.argv[1], "list", "--json"]
+        from wfsched.entry import main
+        main()
+        """,
+        str(tmp_path / "absent-store"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"items": []' in result.stdout
+    frozen = int(result.stderr.split("frozen ")[-1])
+    assert frozen > 1000, result.stderr
+
+
 def test_config_and_status_import_without_the_supervisor(tmp_path: Path) -> None:
     result = run_python(
         """

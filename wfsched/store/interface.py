@@ -229,13 +229,10 @@ class Store(Protocol):
         """(run_seq, attempt, started_at, run started_at): attempts and runs running."""
         ...
 
-    def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
-        """(run_seq, attempt, shim_pid, shim_start_time) of started shims."""
-        ...
-
     def note_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
-        """`set_shim_handles` in a transaction of its own, committed without
-        an fsync: a hint, as the keeper's started record holds the same."""
+        """(run_seq, attempt, shim_pid, shim_start_time) of started shims, in
+        a transaction of its own committed without an fsync: a hint, as the
+        keeper's started record holds the same."""
         ...
 
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None: ...

@@ -311,7 +311,7 @@ class PostgresStore(SQLiteStore):
         """The started pids without waiting for the WAL flush (see SQLiteStore)."""
         with self.atomic():
             self._raw("SET LOCAL synchronous_commit = off")
-            self.set_shim_handles(handles)
+            self._set_shim_handles(handles)
 
     # -- schema --------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -548,7 +549,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             [(run_started, attempt, seq) for seq, attempt, _, run_started in marks],
         )
 
-    def set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
+    def _set_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
         """Started shims, as (run_seq, attempt, shim_pid, shim_start_time)."""
         self._execute_many(
             "UPDATE attempts SET shim_pid = ?, shim_start_time = ?"
@@ -557,7 +558,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         )
 
     def note_shim_handles(self, handles: Sequence[tuple[int, int, int, int]]) -> None:
-        """`set_shim_handles` committed without an fsync (as `touch_meta`):
+        """`_set_shim_handles` committed without an fsync (as `touch_meta`):
         the stored pid only saves a read of the keeper's started record
         (`shim.json`, written before the command starts), which recovery
         reads when no pid is stored. A supervisor crash loses nothing (the
@@ -565,14 +566,10 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         and recovery then finds what the records say. Its fsync came right
         after every spawn, before the next chunk of a burst."""
         if self._conn.in_transaction:
-            self.set_shim_handles(handles)
+            self._set_shim_handles(handles)
             return
-        self._execute("PRAGMA synchronous = NORMAL")
-        try:
-            with self.atomic():
-                self.set_shim_handles(handles)
-        finally:
-            self._execute("PRAGMA synchronous = FULL")
+        with self._unsynced(), self.atomic():
+            self._set_shim_handles(handles)
 
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - _ATTEMPT_MUTABLE
@@ -673,8 +670,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         last stamps can be lost in a power cut, which costs nothing, while an
         fsync every poll interval costs the disk a sync per second forever.
         """
-        self._execute("PRAGMA synchronous = NORMAL")
-        try:
+        with self._unsynced():
             if len(values) == 1 and not self._conn.in_transaction:
                 # The usual stamp: one statement, its own transaction.
                 ((key, value),) = values.items()
@@ -682,6 +678,14 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
                     return
             with self.atomic():
                 self.set_meta(**values)
+
+    @contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        """Commits in this block skip the fsync (`synchronous=NORMAL`): still
+        atomic in WAL mode, only the last ones can be lost to a power cut."""
+        self._execute("PRAGMA synchronous = NORMAL")
+        try:
+            yield
         finally:
             self._execute("PRAGMA synchronous = FULL")
 
