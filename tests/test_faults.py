@@ -495,6 +495,47 @@ def test_an_error_after_the_attempt_mark_in_the_real_supervisor_settles_the_run(
     assert_store_invariants(store)
 
 
+@pytest.mark.parametrize("mode", ["kill", "raise"])
+def test_kill_or_error_while_the_admission_waits_for_its_instant(tmp_path: Path, mode: str) -> None:
+    """A future instant: the pre-wake decides its admission, writes the run's
+    directory and holds the transaction open until the instant
+    (`admission-held`). Killed there, nothing is committed (the directory is
+    left behind) and the restart runs the instant once; an error there is
+    rolled back and contained, and the instant's own tick admits it once."""
+    store, ledger = tmp_path / "store", tmp_path / "ledger"
+    text = (
+        f'id = "job"\n[trigger]\nat = "{utc_ago(-4)}"\n[run]\n'
+        f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}"]\n'
+        '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
+    )
+    assert (
+        wfsched(store, "create", str(write_definition(tmp_path / "defs", "job", text))).returncode
+        == 0
+    )
+    suffix = ":raise" if mode == "raise" else ""
+    daemon = Daemon(store, env={"WFSCHED_FAULT": f"admission-held{suffix}"})
+    if mode == "kill":
+        assert daemon.wait_exit(timeout=30) == -9, daemon.text()
+        assert crashed_state(store) == []
+        assert (runs_root(store) / "run-000001" / "input.json").exists()
+        daemon = Daemon(store)
+    daemon.wait_started()
+    try:
+        wait_for(lambda: [r for r in runs(store) if r["state"] in FINAL], what="a final run")
+        wait_for(lambda: ledger.exists(), what="the job's line")
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    [run] = runs(store)
+    assert run["state"] == "completed", run
+    assert ledger.read_text().split() == ["run-000001", "1"]
+    assert [item["state"] for item in wfsched_json(store, "occurrences", "job")["items"]] == [
+        "completed"
+    ]
+    if mode == "raise":
+        assert "tick-error phase=admission" in daemon.text()
+    assert_store_invariants(store)
+
+
 # -- the run keeper killed ----------------------------------------------------------------
 
 # Where the keeper dies, what the one run becomes: (state, how many times the

@@ -927,7 +927,10 @@ class TestIdleSleep:
         TestQuietTicks.idle(q, T0 - 30)  # a quiet tick that stamps
         assert not self.readable()
         q.clock.set(T0 - 0.02)
-        q.supervisor._prewake()  # the durable stamp just before an instant
+        q.supervisor._sleep_seconds()  # sleeping to T0, where "a" is due
+        q.supervisor._sleep = q.clock.advance
+        q.supervisor._prewake()  # the instant's tick, its admission held to T0
+        assert q.run_ids() == ["run-000001"]
         assert not self.readable()
 
     def test_a_request_wakes_the_sleep_and_is_answered_by_the_next_tick(
@@ -992,3 +995,93 @@ def test_the_schedules_of_the_next_instant_are_parsed_while_waiting_for_it(h: Ha
     h.supervisor._sleep_seconds()
     assert {row_id for row_id in h.supervisor._calendars} >= {"a", "b", "c"}
     assert "later" not in h.supervisor._calendars
+
+
+class TestHeldAdmission:
+    """The pre-wake runs the instant's tick: its first admission chunk is
+    decided and its run directories written before the instant, and the
+    transaction sleeps to the instant before the mark and the commit."""
+
+    @staticmethod
+    def prewake_at(h: Harness, at: float, sleep: Callable[[float], None]) -> None:
+        h.clock.set(at)
+        timeout, due = h.supervisor._sleep_seconds()
+        assert due and timeout == pytest.approx(T0 - at)
+        h.supervisor._sleep = sleep
+        h.supervisor._prewake()
+
+    def test_the_chunk_is_prepared_before_the_instant_and_committed_at_it(
+        self, tmp_path: Path
+    ) -> None:
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0 - 5)
+        seen: list[tuple[float, bool, list[str], int]] = []
+
+        def sleep(seconds: float) -> None:
+            other = SQLiteStore(tmp_path / "store")
+            try:
+                committed = [run.run_id for run in other.list_runs(limit=10)]
+            finally:
+                other.close()
+            run_dir = tmp_path / "store" / "runs" / "run-000001"
+            seen.append(
+                (seconds, (run_dir / "input.json").exists(), committed, len(h.control.spawned))
+            )
+            h.clock.advance(seconds)
+
+        self.prewake_at(h, T0 - 0.02, sleep)
+        # While it slept: the directory written, nothing committed or spawned.
+        assert seen == [(pytest.approx(0.02), True, [], 0)]
+        assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned] == ["a"]
+        run = h.runs.show("run-000001")
+        assert run["state"] == "running"
+        attempt = h.store.get_attempt(1, 1)
+        assert attempt is not None and attempt.started_at >= T0  # marked at the instant
+        assert [state for _, state, _ in h.history("a")] == ["running"]
+
+    def test_a_sleep_past_the_instants_second_rolls_back_and_the_next_tick_decides(
+        self, tmp_path: Path
+    ) -> None:
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0 - 5)
+        self.prewake_at(h, T0 - 0.02, lambda seconds: h.clock.advance(seconds + 1.5))
+        assert h.control.spawned == []
+        assert h.run_ids() == []  # rolled back
+        assert not [event for event, _ in h.events if event == "tick-error"]
+        h.supervisor.tick()  # the instant's own tick, 1.5 s late
+        assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned] == ["a"]
+        assert h.run_ids() == ["run-000001"]
+        assert [state for _, state, _ in h.history("a")] == ["running"]
+
+    def test_a_clock_that_went_back_is_not_waited_for(self, tmp_path: Path) -> None:
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0 - 5)
+        slept: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            h.clock.advance(-30)  # stepped back while it slept
+
+        self.prewake_at(h, T0 - 0.02, sleep)
+        assert len(slept) == 1 and h.run_ids() == [] and h.control.spawned == []
+        h.tick_at(T0)
+        assert h.run_ids() == ["run-000001"]
+
+    def test_a_burst_continues_after_the_held_chunk(self, tmp_path: Path) -> None:
+        h = Harness(tmp_path / "store", max_concurrent_runs=20)
+        for index in range(10):
+            h.define(f"s{index}", cron="0 * * * *")
+        h.tick_at(T0 - 5)
+        spawned_while_asleep: list[int] = []
+
+        def sleep(seconds: float) -> None:
+            spawned_while_asleep.append(len(h.control.spawned))
+            h.clock.advance(seconds)
+
+        self.prewake_at(h, T0 - 0.02, sleep)
+        assert spawned_while_asleep == [0]  # one hold, the first chunk's
+        assert len(h.control.spawned) == 10
+        assert len(h.run_ids()) == 10

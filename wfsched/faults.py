@@ -30,6 +30,7 @@ POINTS = (
     "before-admission-commit",
     "after-admission-commit",
     "after-run-dir",
+    "admission-held",
     "after-attempt-mark",
     "after-spawn",
     "before-ingest",

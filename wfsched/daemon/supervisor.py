@@ -152,6 +152,10 @@ blocked, so one bad sector never holds every other run's ingestion."""
 """A request (trigger, resume, cancel) whose handling keeps failing is
 answered `refused`, with the error in words, after this many tries: retried
 forever it would be pending forever, and its operator would never learn why."""
+HOLD_LIMIT = 0.1
+"""Seconds a held admission may still have to wait for its instant (the
+pre-wake is WAKE_EARLY before it); more means the wall clock went back, and
+the held chunk is rolled back rather than keep the store's write lock."""
 LOST_LAUNCH_TRIES = 3
 """Launches of one attempt that may each lose the launcher having started
 nothing; the attempt then fails as never started (no replacement storm)."""
@@ -195,6 +199,11 @@ class Watch:
     lost_launches: int = 0
     read_faults: int = 0
     """Reads of its records that failed with a resource error (EIO...)."""
+
+
+class _Unheld(Exception):
+    """A held admission chunk (`Supervisor._hold`) that cannot commit within
+    its instant's second: rolled back, decided again by the next tick."""
 
 
 @dataclass(frozen=True)
@@ -275,11 +284,14 @@ class Supervisor:
         notifier: Notifier | None = None,
         observer: Observer | None = None,
         leadership: Leadership | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.store = store
         self.config = config
         self.control = control
         self.clock = clock
+        self._sleep = sleep
+        """How a held admission sleeps to its instant (see `_hold`)."""
         self.fault = fault
         self.log = log or EventLog()
         self.notifier = notifier or Notifier("")
@@ -334,6 +346,8 @@ class Supervisor:
         """The last admission phase found nothing due (the idle tick)."""
         self._warmed_for: int | None = None
         """The due instant whose schedules were warmed (see `_read_next_due`)."""
+        self._sleeping_to: int | None = None
+        """The due instant the loop is sleeping to, if the sleep ends there."""
         self._tick_changes: int | None = None
         """The store's change counter as the last full tick began."""
         self._commits: CommitWatch | None = None
@@ -566,6 +580,7 @@ class Supervisor:
         if self._commits is not None:
             # Our own writes of this tick: events from here on are others'.
             self._commits.drain()
+        self._sleeping_to = None
         if self.wake_now:
             self.wake_now = False
             return 0.0, False
@@ -586,7 +601,9 @@ class Supervisor:
             # from parsed definitions and built calendars.
             self._warmed_for = next_due
             self._warm(self.store.due_schedules(next_due, limit=WARM_LIMIT))
-        return max(0.0, min(timeout, until_due)), until_due <= timeout
+        due = until_due <= timeout
+        self._sleeping_to = next_due if due else None
+        return max(0.0, min(timeout, until_due)), due
 
     def _idle_sleep(self, now: float) -> float:
         """How long an idle loop may sleep, woken by the commit watch: until
@@ -648,23 +665,55 @@ class Supervisor:
                 self._calendar(row, self.definitions.get(row))
 
     def _wait_until_due(self, waiter: Waiter, timeout: float, due: bool) -> None:
-        """Sleep until the next tick; before a due instant, warm the disk (a
-        durable liveness stamp) and the run keeper (a round trip)."""
+        """Sleep until the next tick; before a due instant, the pre-wake
+        (`_prewake`) prepares its admission."""
         if waiter.wait_until_due(timeout, due, self._stopping, self._prewake):
             self.wake_now = True
 
     def _prewake(self) -> None:
-        if self.leading:
-            self._phase("liveness", self._stamp, True)
-            if self._commits is not None:
-                # Its own stamp must not end the sleep to the instant early;
-                # the instant's tick reads everything anyway.
-                self._commits.drain()
+        """WAKE_EARLY before a due instant: the instant's tick, its first
+        admission chunk held open at the instant (`_hold`), so only the
+        mark, the commit and the spawn are left after the instant.
+
+        Without a tick to hold (a standby, a drain, the startup tick not
+        taken yet) it only wakes the run keeper."""
+        instant = self._sleeping_to
+        if instant is None or not self.leading or self.draining or self.owned_at is None:
+            self.control.warm()
+            return
+        self.tick(at=instant)
+        if self._commits is not None:
+            # Its own commits must not end the sleep to the instant early;
+            # the next tick reads everything anyway.
+            self._commits.drain()
+
+    def _hold(self, instant: int) -> None:
+        """Inside the first admission chunk's transaction, decided for
+        `instant` at the pre-wake, its run directories written: wake the
+        run keeper, then sleep to the instant, so the attempts are marked
+        and the transaction commits at or after it, never before.
+
+        Why: deciding the chunk and writing its directories cost 1-4 ms
+        (more under load) that the instant's own tick spent before its
+        commit; now the instant finds them done. The decision is the one
+        the instant's tick would make: `decide` reads whole seconds, this
+        transaction holds the store's write lock (nothing else commits
+        meanwhile) and it commits only within the instant's second. A
+        sleep that ends in a later second (a stopped process, a clock
+        step) or too far ahead of it (the clock went back) rolls the chunk
+        back (`_Unheld`), and the next tick decides it as any tick would."""
+        self.fault("admission-held")
         self.control.warm()
+        while (left := instant - self.clock()) > 0:
+            if left > HOLD_LIMIT:
+                raise _Unheld(f"{left:.3f}s before its instant")
+            self._sleep(left)
+        if self.clock() >= instant + 1:
+            raise _Unheld("past its instant's second")
 
     # -- one tick -------------------------------------------------------------------
 
-    def tick(self) -> None:
+    def tick(self, at: int | None = None) -> None:
         """One pass over every phase. A phase that fails is logged, counted
         and skipped; the others still run, and the next tick retries it
         (each phase re-reads its work from the store or its retry list).
@@ -672,11 +721,15 @@ class Supervisor:
         During a fault episode the tick first probes the resource (after
         its backoff); while the store stays unusable it only watches the
         runs: their exits wait on disk and in `_reaped` until they can be
-        recorded, and nothing is written or started meanwhile."""
+        recorded, and nothing is written or started meanwhile.
+
+        `at`: the due instant a pre-wake's tick is for (`_prewake`): its
+        decisions are the instant's, and its first admission chunk commits
+        at the instant (`_hold`)."""
         if not self._store_usable():
             self._phase("watch", self._collect_reaped)
             return
-        now = self.clock()
+        now = self.clock() if at is None else float(at)
         self._phase("leadership", self._follow_lease)
         if self._quiet(now):
             if self.leading and self._stamp_owed(now):
@@ -695,7 +748,7 @@ class Supervisor:
         if not self.draining:
             self._phase("launch", self._launch_phase)
             if self._may_lead():
-                self._phase("admission", self.admit_due, now)
+                self._phase("admission", self.admit_due, now, at is not None)
         self._phase("notification", self.notify_failures)
         self._phase("notification", self.notify_rejections)
         if time.monotonic() >= self._next_cache_sweep:
@@ -952,10 +1005,12 @@ class Supervisor:
             self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
             self._notices.append(Notice(run, run.attempt, reason, None))
 
-    def admit_due(self, now: float) -> None:
+    def admit_due(self, now: float, held: bool = False) -> None:
         """Decide the due schedules in chunks: each chunk is one transaction,
         and its runs are marked and launched as soon as it commits, before
         the next chunk is decided (a small first chunk, then doubling).
+        `held`: a pre-wake's tick for the instant `now`: the first chunk's
+        transaction waits for it before its mark and commit (`_hold`).
 
         An idle tick is one indexed read, outside any write transaction.
         """
@@ -970,10 +1025,19 @@ class Supervisor:
             self._admission_failed = failed
         began = time.monotonic()
         burst: _Burst | None = None
+        hold = partial(self._hold, instant_now) if held else None
+        rest, after = list(self._burst_rest), self._round_robin_after
         while True:
             size = self._chunk
             self._chunk = min(size * 2, LAUNCH_CHUNK)
-            burst, admitted, marked = self._admission_chunk(now, instant_now, burst, size)
+            try:
+                burst, admitted, marked = self._admission_chunk(now, instant_now, burst, size, hold)
+            except _Unheld:
+                # Rolled back: the instant's own tick decides it again.
+                self._chunk = FIRST_CHUNK
+                self._burst_rest, self._round_robin_after = rest, after
+                return
+            hold = None
             if marked:
                 # Marked with their admission: spawned now, each settled per
                 # run whatever fails (the commit's fault point included).
@@ -1002,14 +1066,21 @@ class Supervisor:
                 return
 
     def _admission_chunk(
-        self, now: float, instant_now: int, burst: _Burst | None, size: int
+        self,
+        now: float,
+        instant_now: int,
+        burst: _Burst | None,
+        size: int,
+        hold: Callable[[], None] | None = None,
     ) -> tuple[_Burst, list[RunRow], list[Prepared]]:
         """One transaction: up to `size` admissions (the first chunk also
         reads what is due), their first attempts marked with them (see
         `_mark_with_admission`; the runs so marked are returned too); logged
-        and owed hooks only once it committed."""
-        late_reason = "store-unavailable" if self._admission_failed else "late"
-        if self._failover_pending and not self._admission_failed:
+        and owed hooks only once it committed. `hold` waits for the instant
+        before the mark (`_hold`); `_Unheld` leaves everything as it was."""
+        failed = self._admission_failed
+        late_reason = "store-unavailable" if failed else "late"
+        if self._failover_pending and not failed:
             late_reason = FAILOVER
         self._admission_failed = True  # until this decision commits
         self._rejections = []
@@ -1020,12 +1091,16 @@ class Supervisor:
                     burst = self._start_burst(instant_now)
                 admitted = self._decide_chunk(burst, now, instant_now, size, late_reason)
                 self._focus = {}  # the commit is every schedule's
-                marked = self._mark_with_admission(admitted)
+                marked = self._mark_with_admission(admitted, hold)
                 if admitted:
                     self.fault("before-admission-commit")
             lines, self._deferred = self._deferred, None
             for event, fields in lines:
                 self.log(event, **fields)
+        except _Unheld:
+            self._admission_failed = failed
+            self._rejections = []
+            raise
         finally:
             self._deferred = None
         self._admission_failed = False
@@ -1449,7 +1524,9 @@ class Supervisor:
         records = prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
         return run, invocation, rundir, records
 
-    def _mark_with_admission(self, runs: list[RunRow]) -> list[Prepared]:
+    def _mark_with_admission(
+        self, runs: list[RunRow], hold: Callable[[], None] | None = None
+    ) -> list[Prepared]:
         """Inside the admission's transaction: prepare each admitted run's
         directories and mark its first attempt, so one commit (one fsync)
         makes the run both admitted and marked before its command starts.
@@ -1461,15 +1538,20 @@ class Supervisor:
         `_prepare` reuses them (each step is idempotent). A run that cannot
         be prepared here, for any reason, is left admitted and unmarked: the
         usual launch after the commit tries again and settles it (fails it
-        closed, or opens a fault episode), exactly as before."""
-        if not runs or self._launch_held():
-            return []
+        closed, or opens a fault episode), exactly as before.
+
+        `hold` (a pre-wake's first chunk) runs between the directories and
+        the mark, so the mark's time is the instant's or later."""
         prepared: list[Prepared] = []
-        for run in runs:
-            with contextlib.suppress(Exception):
-                prepared.append(self._prepare(run, run.frozen, 1, NO_RESUME_INPUT))
+        if runs and not self._launch_held():
+            for run in runs:
+                with contextlib.suppress(Exception):
+                    prepared.append(self._prepare(run, run.frozen, 1, NO_RESUME_INPUT))
         if prepared:
             self.fault("after-run-dir")
+        if hold is not None:
+            hold()
+        if prepared:
             started = self.clock()
             # The run's host was set when it was inserted, by this supervisor.
             self.store.mark_attempts([(run.seq, 1, started, started) for run, *_ in prepared])

@@ -2,12 +2,12 @@
 instant, woken at once by a run's exit or a signal, with a short stop just
 before a due instant.
 
-On a virtual machine the first fsync and the first round trip to the run
-keeper after an idle spell cost milliseconds each (an fsync up to 7 ms). So
-`early` seconds (20 ms) before a due instant the supervisor wakes, the
-caller's `prewake` warms the disk and the keeper, and it sleeps in epoll
-again for the rest, to within a millisecond or two of the instant, then in a
-plain sleep (a nanosecond timer) to the instant itself.
+`early` seconds (20 ms) before a due instant the supervisor wakes and the
+caller's `prewake` runs (the supervisor's runs the instant's tick, holding
+its first admission until the instant: docs/architecture.md, "A held
+admission"); then, if time is left, it sleeps in epoll again, to within a
+millisecond or two of the instant, then in a plain sleep (a nanosecond
+timer) to the instant itself.
 
 It used to spin through what was left of the 20 ms instead of sleeping. Measured once
 the keeper made the launch short: the spin cost about 20 ms of CPU per due
