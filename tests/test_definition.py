@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import re
+import threading
 import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -607,6 +609,25 @@ def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DefinitionError) as info:
         load_definition_file(missing)
     assert str(info.value) == f"{missing}: cannot read: No such file or directory"
+
+
+def test_load_a_folder_or_a_fifo_with_nothing_written(tmp_path: Path) -> None:
+    """What reading says of a path that is no regular file (apply reads
+    every `*.toml` entry it is given by name): a folder is refused by name,
+    and a fifo whose writer closes at once is an empty file."""
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    with pytest.raises(DefinitionError) as info:
+        load_definition_file(folder)
+    assert str(info.value) == f"{folder}: cannot read: Is a directory"
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: open(fifo, "wb").close())
+    writer.start()
+    with pytest.raises(DefinitionError) as info:
+        load_definition_file(fifo)
+    writer.join()
+    assert str(info.value) == f'{fifo}: id: required, e.g. id = "hourly-report"'
 
 
 def test_load_non_utf8_file(tmp_path: Path) -> None:

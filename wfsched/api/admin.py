@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -571,9 +570,12 @@ def _toml_entries(folder: str) -> list[os.DirEntry[str]]:
             below = (*parts, entry.name)
             if entry.name.endswith(".toml"):
                 found.append((below, entry))
-            with suppress(OSError):
+            # try, not contextlib.suppress: this runs once per file.
+            try:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append((entry.path, below))
+            except OSError:
+                pass
     found.sort(key=lambda item: item[0])
     return [entry for _parts, entry in found]
 
