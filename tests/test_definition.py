@@ -316,6 +316,9 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     ((("notify.on_failure", ["mail", "x" * 70_000]),), "notify.on_failure[1]", "at most 65,536"),
     # description
     ((("description", "d" * 4097),), "description", "4,097 bytes; at most 4,096"),
+    # UTF-8 bytes are counted, not characters
+    ((("description", "\u00e9" * 2049),), "description", "4,098 bytes; at most 4,096"),
+    ((("run.cwd", "/" + "\u00e9" * 2048),), "run.cwd", "4,097 bytes; at most 4,095"),
     # inputs (details in test_inputs.py), through the file
     ((("input", {"target": "a"}),), "input", "array of tables"),
     (
