@@ -32,6 +32,8 @@ import argparse
 import json
 import os
 import resource
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import reset_postgres, wfsched_argv
+from common import reset_postgres
 
 from wfsched.api.admin import Admin
 from wfsched.api.paging import encode_cursor
@@ -59,13 +61,29 @@ occurrence = "scheduled_at"
 """
 
 
+def wfsched_binary() -> str:
+    beside = Path(sys.executable).with_name("wfsched")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("wfsched")
+    if found is None:
+        sys.exit("wfsched console script not found; `pip install -e .` first")
+    return found
+
+
 CPU: dict[str, list[float]] = {}
 """CPU seconds (user + system) per measured command, next to the wall time:
 on a busy machine wall time swings, CPU time much less."""
 
 
-def timed(argv: list[str], store: Path | str, repeat: int, label: str) -> float:
-    """Median wall seconds of `repeat` runs; any failure aborts the benchmark."""
+def timed(argv: list[str], store: Path | str, repeat: int, label: str = "") -> float:
+    """Median wall seconds of `repeat` runs; any failure aborts the benchmark.
+
+    $BENCH_WFSCHED (a command line) replaces the console script, as in the
+    other benchmarks, e.g. to time two builds in alternation."""
+    label = label or argv[1]
+    if os.environ.get("BENCH_WFSCHED") and argv[0] == wfsched_binary():
+        argv = [*shlex.split(os.environ["BENCH_WFSCHED"]), *argv[1:]]
     env = {**os.environ, "WFSCHED_STORE": str(store)}
     samples = []
     for _ in range(repeat):
@@ -98,7 +116,7 @@ LAST_OUTPUT = [b""]
 """stdout of the last timed command."""
 
 
-def bench_list(binary: list[str], work: Path, repeat: int, url: str | None = None) -> float:
+def bench_list(binary: str, work: Path, repeat: int, url: str | None = None) -> float:
     """`list --json` over 100 schedules, in a SQLite store or in the database `url`."""
     store_path: Path | str = work / "list-store"
     if url is None:
@@ -114,7 +132,7 @@ def bench_list(binary: list[str], work: Path, repeat: int, url: str | None = Non
         )
     store.close()
     return timed(
-        [*binary, "list", "--json"], store_path, repeat, "list" if url is None else "list-pg"
+        [binary, "list", "--json"], store_path, repeat, "list" if url is None else "list-pg"
     )
 
 
@@ -161,7 +179,7 @@ def build_realistic(root: Path, schedules: int, rows_each: int) -> None:
     store.close()
 
 
-def bench_copy(binary: list[str], work: Path, url: str, schedules: int, rows_each: int) -> None:
+def bench_copy(binary: str, work: Path, url: str, schedules: int, rows_each: int) -> None:
     """`store copy` SQLite -> PostgreSQL -> SQLite, each once (a copy is minutes of
     setup); the rows-and-files seconds from the copy's JSON, the whole command's
     wall and CPU time (the audit of the copy included)."""
@@ -178,7 +196,7 @@ def bench_copy(binary: list[str], work: Path, url: str, schedules: int, rows_eac
         ("store copy PostgreSQL -> SQLite", url, work / "copy-back"),
     ):
         wall = timed(
-            [*binary, "store", "copy", "--to", str(destination), "--json"], origin, 1, "copy"
+            [binary, "store", "copy", "--to", str(destination), "--json"], origin, 1, "copy"
         )
         rows = json.loads(LAST_OUTPUT[0])["seconds"]
         print(
@@ -187,18 +205,18 @@ def bench_copy(binary: list[str], work: Path, url: str, schedules: int, rows_eac
         )
 
 
-def bench_apply(binary: list[str], work: Path, count: int, repeat: int) -> tuple[float, float]:
+def bench_apply(binary: str, work: Path, count: int, repeat: int) -> tuple[float, float]:
     folder = work / "definitions"
     write_definitions(folder, count)
     first, second = [], []
     for attempt in range(repeat):
         store_path = work / f"apply-store-{attempt}"
-        first.append(timed([*binary, "apply", str(folder)], store_path, 1, "apply"))
-        second.append(timed([*binary, "apply", str(folder)], store_path, 1, "apply"))
+        first.append(timed([binary, "apply", str(folder)], store_path, 1))
+        second.append(timed([binary, "apply", str(folder)], store_path, 1))
     return statistics.median(first), statistics.median(second)
 
 
-def bench_occurrences(binary: list[str], work: Path, rows: int, repeat: int) -> float:
+def bench_occurrences(binary: str, work: Path, rows: int, repeat: int) -> float:
     store_path = work / "history-store"
     store = SQLiteStore(store_path)
     Admin(store, clock=lambda: 1_000_000_000.0).create(
@@ -230,11 +248,11 @@ def bench_occurrences(binary: list[str], work: Path, rows: int, repeat: int) -> 
     # paging half-way through (a row's ledger position is its seq here).
     middle = rows // 2
     cursor = encode_cursor(pos=middle + 1)
-    argv = [*binary, "occurrences", "deep", "--page", cursor, "--limit", "100", "--json"]
-    return timed(argv, store_path, repeat, "occurrences")
+    argv = [binary, "occurrences", "deep", "--page", cursor, "--limit", "100", "--json"]
+    return timed(argv, store_path, repeat)
 
 
-def bench_occurrences_pg(binary: list[str], url: str, rows: int, repeat: int) -> float:
+def bench_occurrences_pg(binary: str, url: str, rows: int, repeat: int) -> float:
     """`occurrences --page` deep in `rows` ledger rows on PostgreSQL: the whole
     command (returned), the page query in-process, and its plan."""
     import psycopg
@@ -294,7 +312,7 @@ def bench_occurrences_pg(binary: list[str], url: str, rows: int, repeat: int) ->
     print("  plan: " + "\n        ".join(plan))
     if any("Seq Scan" in line for line in plan):
         print("!! the page query scans a table sequentially")
-    argv = [*binary, "occurrences", "deep", "--page", cursor, "--limit", "100", "--json"]
+    argv = [binary, "occurrences", "deep", "--page", cursor, "--limit", "100", "--json"]
     return timed(argv, url, repeat, "occurrences-pg")
 
 
@@ -316,7 +334,7 @@ def main() -> None:
     repeat = 5 if args.quick else 21
     apply_count = 2_000 if args.quick else 10_000
     apply_repeat = 1 if args.quick else 3
-    binary = wfsched_argv()
+    binary = wfsched_binary()
     with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as scratch:
         work = Path(scratch)
         if args.store:
