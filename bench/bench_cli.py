@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -78,7 +79,13 @@ on a busy machine wall time swings, CPU time much less."""
 
 
 def timed(argv: list[str], store: Path | str, repeat: int, label: str = "") -> float:
-    """Median wall seconds of `repeat` runs; any failure aborts the benchmark."""
+    """Median wall seconds of `repeat` runs; any failure aborts the benchmark.
+
+    $BENCH_WFSCHED (a command line) replaces the console script, as in the
+    other benchmarks, e.g. to time two builds in alternation."""
+    label = label or argv[1]
+    if os.environ.get("BENCH_WFSCHED") and argv[0] == wfsched_binary():
+        argv = [*shlex.split(os.environ["BENCH_WFSCHED"]), *argv[1:]]
     env = {**os.environ, "WFSCHED_STORE": str(store)}
     samples = []
     for _ in range(repeat):
@@ -89,7 +96,7 @@ def timed(argv: list[str], store: Path | str, repeat: int, label: str = "") -> f
         samples.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        CPU.setdefault(label or argv[1], []).append(cpu)
+        CPU.setdefault(label, []).append(cpu)
         if done.returncode != 0:
             sys.exit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()}")
     return statistics.median(samples)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -534,6 +535,33 @@ def test_apply_reads_a_file_reached_twice_through_links_once(
     assert (code, err) == (0, "")
     assert set(rows(store_path)) == {"once"}
     assert "1 created" in out
+
+
+def test_apply_pauses_the_cycle_collector_and_restores_it(
+    run_cli: CliRun,
+    make_definition: Callable[..., Path],
+    write_toml,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The collector is off while apply parses (it frees nothing there and
+    walked the growing heap), and on again afterwards, after an error too."""
+    import wfsched.api.admin as admin_module
+
+    collecting: list[bool] = []
+    real = admin_module.parse_definition_bytes
+
+    def spy(data: bytes, source: str, *, now: int | None = None) -> object:
+        collecting.append(gc.isenabled())
+        return real(data, source, now=now)
+
+    monkeypatch.setattr(admin_module, "parse_definition_bytes", spy)
+    folder = make_definition("fine").parent
+    assert gc.isenabled()
+    assert run_cli("apply", str(folder))[0] == 0
+    assert collecting == [False] and gc.isenabled()
+    write_toml("bad.toml", definition_text("bad", timezone="Nowhere/Land"))
+    assert run_cli("apply", str(folder))[0] == 2
+    assert collecting == [False, False] and gc.isenabled()
 
 
 def test_apply_of_an_empty_folder_says_so(run_cli: CliRun, tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import re
+import threading
 import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -314,6 +316,9 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     ((("notify.on_failure", ["mail", "x" * 70_000]),), "notify.on_failure[1]", "at most 65,536"),
     # description
     ((("description", "d" * 4097),), "description", "4,097 bytes; at most 4,096"),
+    # UTF-8 bytes are counted, not characters
+    ((("description", "\u00e9" * 2049),), "description", "4,098 bytes; at most 4,096"),
+    ((("run.cwd", "/" + "\u00e9" * 2048),), "run.cwd", "4,097 bytes; at most 4,095"),
     # inputs (details in test_inputs.py), through the file
     ((("input", {"target": "a"}),), "input", "array of tables"),
     (
@@ -607,6 +612,25 @@ def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DefinitionError) as info:
         load_definition_file(missing)
     assert str(info.value) == f"{missing}: cannot read: No such file or directory"
+
+
+def test_load_a_folder_or_a_fifo_with_nothing_written(tmp_path: Path) -> None:
+    """What reading says of a path that is no regular file (apply reads
+    every `*.toml` entry it is given by name): a folder is refused by name,
+    and a fifo whose writer closes at once is an empty file."""
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    with pytest.raises(DefinitionError) as info:
+        load_definition_file(folder)
+    assert str(info.value) == f"{folder}: cannot read: Is a directory"
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: open(fifo, "wb").close())
+    writer.start()
+    with pytest.raises(DefinitionError) as info:
+        load_definition_file(fifo)
+    writer.join()
+    assert str(info.value) == f'{fifo}: id: required, e.g. id = "hourly-report"'
 
 
 def test_load_non_utf8_file(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,7 @@ from wfsched.domain.definition import (
     read_definition_bytes,
     source_digest,
 )
-from wfsched.domain.model import Definition, OneShotTrigger
+from wfsched.domain.model import Definition, OneShotTrigger, Trigger
 from wfsched.domain.timeutil import MAX_INSTANT, Clock, format_instant, parse_instant, wall_clock
 from wfsched.errors import (
     CalendarExhausted,
@@ -178,6 +177,7 @@ class Admin(Reads):
         actions: list[ApplyAction] = []
         applied_rows: list[tuple[str, int, float, str | None, str | None]] = []
         created: list[tuple[str, str, float, int, int | None, bool]] = []
+        first_due: _FirstDue = {}
         with self.store.atomic():
             # Read again inside the transaction: an `edit` since the first
             # read makes its file one to parse and compare after all.
@@ -195,7 +195,7 @@ class Admin(Reads):
                 if row is None:
                     actions.append(ApplyAction(schedule_id, "created", 1, source))
                     if not dry_run:
-                        created.append(_new_schedule(defn, now))
+                        created.append(_new_schedule(defn, now, first_due))
                         applied_rows.append((schedule_id, 1, now, source, digest))
                     continue
                 if row.deleted_at is not None:
@@ -509,16 +509,32 @@ class _Unlistable:
 _UNLISTABLE = _Unlistable()
 
 
-def _new_schedule(defn: Definition, now: float) -> tuple[str, str, float, int, int | None, bool]:
-    """The row `Store.insert_schedules` takes for a schedule created at `now`."""
-    from wfsched.domain.calendar import calendar_for
+_FirstDue = dict[tuple[Trigger, int], tuple[int | None, bool]]
+"""(trigger, watermark) -> (next due instant, exhausted?), within one apply."""
 
+
+def _new_schedule(
+    defn: Definition, now: float, first_due: _FirstDue | None = None
+) -> tuple[str, str, float, int, int | None, bool]:
+    """The row `Store.insert_schedules` takes for a schedule created at `now`.
+
+    `first_due`: the answers already computed in this apply. Schedules with
+    the same trigger (cron as written, zone) share one calendar, and so one
+    first due instant after the same watermark: asked once, not per file."""
     consumed = int(now)
     if isinstance(defn.trigger, OneShotTrigger) and defn.trigger.at <= consumed:
         # A one-shot already past at create is accepted and left to the
         # misfire policy: its instant must still be due, not consumed.
         consumed = defn.trigger.at - 1
-    next_due, exhausted = next_due_after(calendar_for(defn.trigger), consumed)
+    key = (defn.trigger, consumed)
+    due = first_due.get(key) if first_due is not None else None
+    if due is None:
+        from wfsched.domain.calendar import calendar_for
+
+        due = next_due_after(calendar_for(defn.trigger), consumed)
+        if first_due is not None:
+            first_due[key] = due
+    next_due, exhausted = due
     return defn.id, canonical_json(defn), now, consumed, next_due, exhausted
 
 
@@ -571,9 +587,12 @@ def _toml_entries(folder: str) -> list[os.DirEntry[str]]:
             below = (*parts, entry.name)
             if entry.name.endswith(".toml"):
                 found.append((below, entry))
-            with suppress(OSError):
+            # try, not contextlib.suppress: this runs once per file.
+            try:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append((entry.path, below))
+            except OSError:
+                pass
     found.sort(key=lambda item: item[0])
     return [entry for _parts, entry in found]
 

@@ -43,6 +43,7 @@ alone would allow tens of thousands of levels)."""
 
 EXPRESSION_KINDS = ("literal", "occurrence", "array", "object")
 OCCURRENCE_FIELDS = ("schedule_id", "occurrence_id", "scheduled_at")
+_BINDING_KEYS = ("target", *EXPRESSION_KINDS)
 
 SAMPLE_INSTANT = 1_798_761_600
 """2027-01-01T00:00:00Z. Any instant does: the RFC 3339 text and the
@@ -82,9 +83,9 @@ def validate_bindings(raw: object, source: str, *, stored: bool = False) -> tupl
     nodes = 0
     for index, table in enumerate(raw):
         path = f"input[{index}]"
-        if not isinstance(table, Mapping):
+        if type(table) is not dict and not isinstance(table, Mapping):
             raise DefinitionError(source, path, "must be a table with `target` and one expression")
-        _reject_unknown(table, ("target", *EXPRESSION_KINDS), source, path)
+        _reject_unknown(table, _BINDING_KEYS, source, path)
         target = table.get("target")
         parts = _target_segments(target, source, f"{path}.target", stored)
         expression = {k: v for k, v in table.items() if k != "target"}
@@ -183,7 +184,7 @@ def _expression(
     table: object, source: str, path: str, *, depth: int, counter: _Counter
 ) -> dict[str, Any]:
     """Validate one expression table; returns a fresh plain-dict copy."""
-    if not isinstance(table, Mapping):
+    if type(table) is not dict and not isinstance(table, Mapping):
         raise DefinitionError(
             source, path, f"must be an expression table with one of: {', '.join(EXPRESSION_KINDS)}"
         )
