@@ -54,7 +54,37 @@ def wait_leader(url: str, daemons: list[Daemon], timeout: float = 15.0) -> Daemo
                 return daemon
         return None
 
-    return wait_for(find, timeout, "a leader")
+    def explain() -> str:
+        logs = "\n".join(f"pid {d.proc.pid}:\n{d.text()[-2000:]}" for d in daemons)
+        return f"{database_state(url)}\n{logs}"
+
+    return wait_for(find, timeout, "a leader", explain)
+
+
+def database_state(url: str) -> str:
+    """The lease row, the sessions and the locks waited for: what a test
+    that timed out on leadership prints."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        lines = [f"lease: {conn.execute('SELECT * FROM leader_lease').fetchall()}"]
+        lines += [
+            f"session: {row}"
+            for row in conn.execute(
+                "SELECT pid, application_name, client_addr, state, wait_event_type,"
+                " wait_event, backend_xid, now() - state_change, left(query, 100)"
+                " FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()"
+            )
+        ]
+        lines += [
+            f"lock: {row}"
+            for row in conn.execute(
+                "SELECT pid, locktype, relation::regclass, mode, granted FROM pg_locks"
+                " WHERE locktype IN ('relation', 'tuple', 'transactionid', 'advisory')"
+                " AND database IS NOT DISTINCT FROM (SELECT oid FROM pg_database"
+                " WHERE datname = current_database()) OR NOT granted"
+            )
+        ]
+    return "\n".join(lines)
 
 
 def leader_then_standby(

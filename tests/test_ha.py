@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from tests.ha import (
 from tests.pgserver import SUPERUSER, PostgresServer, dbname, find_bindir
 from wfsched.errors import LeaseLost
 from wfsched.store.location import resolve_store
-from wfsched.store.postgres import PostgresStore
+from wfsched.store.postgres import LOCK_CLASS, WRITE_LOCK, PostgresStore
 
 
 def one_shot(folder: Path, name: str, at: str, marker: Path, **policy: str) -> Path:
@@ -692,6 +693,73 @@ def test_a_network_cut_between_the_leader_and_the_database(tmp_path: Path) -> No
         assert admitted == names
         check_invariants(url, [marker], [a, b])
     finally:
+        cut.remove()
+
+
+HOLD_IN_A_PIPELINE = """
+import sys, time
+from wfsched.store.location import resolve_store
+from wfsched.store.postgres import LOCK_CLASS, WRITE_LOCK, PostgresStore
+
+store = PostgresStore(resolve_store(sys.argv[1]))
+if len(sys.argv) > 2:
+    store.set_idle_limit(float(sys.argv[2]))
+conn = store._conn
+with conn.pipeline():
+    conn.execute("BEGIN")
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, WRITE_LOCK))
+    print(conn.info.backend_pid, flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("limit", [None, "1"], ids=["command", "leader"])
+def test_a_session_cut_off_inside_a_pipeline_gives_the_write_lock_back(
+    tmp_path: Path, limit: str | None
+) -> None:
+    """A session cut off after its pipeline's statements and before their
+    Sync has never said it is ready for a query, so the server's idle in
+    transaction timeout is not running for it: it holds the write lock
+    while it waits for the rest. The settings every connection of ours
+    starts with (and a leader's, scaled to its lease) make the server end
+    it once its client stays silent: the lock is free again within
+    seconds, not after the kernel's two hours."""
+    cut = NetworkCut(tmp_path)
+    why = cut.create()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        assert cut.server is not None
+        url = cut.server.tcp_url(cut.url())
+        PostgresStore(resolve_store(url)).close()  # the schema, before the cut
+        script = tmp_path / "hold.py"
+        script.write_text(HOLD_IN_A_PIPELINE)
+        holder = subprocess.Popen(
+            [*cut.command(), sys.executable, str(script), url, *([limit] if limit else [])],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+        try:
+            assert holder.stdout is not None
+            backend = int(holder.stdout.readline())
+            with psycopg.connect(url, autocommit=True) as conn:
+                state = conn.execute(
+                    "SELECT state FROM pg_stat_activity WHERE pid = %s", (backend,)
+                ).fetchone()
+                assert state is not None and state[0] != "idle in transaction", state
+                cut.cut()
+                cut_at = time.monotonic()
+                conn.execute("SET lock_timeout = '20s'")
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, WRITE_LOCK))
+                freed = time.monotonic() - cut_at
+        finally:
+            holder.kill()
+            holder.wait()
+        assert freed < (4 if limit else 8), f"the write lock came back {freed:.1f}s after the cut"
+    finally:
+        cut.mend()
         cut.remove()
 
 

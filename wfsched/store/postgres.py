@@ -29,6 +29,7 @@ exception class. The supervisor rides both out as fault episodes.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import lru_cache
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
 from psycopg import pq
 
 from wfsched.errors import (
@@ -64,6 +66,45 @@ OWNER_LOCK = 2
 """Second key: the session lock every supervisor holds (shared) for its whole
 life; `store copy` takes it exclusively, so the two exclude each other."""
 CONNECT_TIMEOUT = 10
+SILENT_CLIENT = 5.0
+"""Seconds after which the server ends a session of ours whose client went
+silent (the default lease), until a leader sets its own (`set_idle_limit`)."""
+
+
+def silent_client_settings(seconds: float) -> dict[str, int]:
+    """Server settings that end a session within about `seconds` once its
+    client stops answering at the TCP level (a network cut, a host gone).
+
+    `idle_in_transaction_session_timeout` does not cover every such session:
+    the server arms it only when it reports ready for a query, and a
+    pipeline (psycopg's `executemany`, the held writes of `_send`) sends its
+    statements before its Sync. Cut off between the two, the session waits
+    for the rest inside its transaction, holding the write lock (and a
+    leader's lease row FOR SHARE), and nothing would end it before the
+    kernel's default keepalive, two hours later: no write and no takeover
+    until then. TCP keepalives end a silent session with nothing in flight,
+    TCP_USER_TIMEOUT one whose answer was never acknowledged. Both are
+    ignored on a Unix socket, where no such cut exists."""
+    whole = max(1, round(seconds))
+    return {
+        "tcp_keepalives_idle": 1,
+        "tcp_keepalives_interval": 1,
+        "tcp_keepalives_count": max(1, whole - 1),
+        "tcp_user_timeout": whole * 1000,
+    }
+
+
+def _startup_options(conninfo: str) -> str:
+    """The connection's `options` (server settings at its start): the
+    operator's own, from the URL or PGOPTIONS, then `silent_client_settings`
+    (no extra round trip for every command)."""
+    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options")
+    if given is None:
+        given = os.environ.get("PGOPTIONS", "")
+    ours = " ".join(
+        f"-c {name}={value}" for name, value in silent_client_settings(SILENT_CLIENT).items()
+    )
+    return f"{given} {ours}".strip()
 
 
 class NoStore(NotFoundError):
@@ -128,8 +169,12 @@ class PostgresStore(SQLiteStore):
 
     def _connect(self) -> psycopg.Connection[Any]:  # type: ignore[override]
         try:
+            conninfo = self.location.conninfo or ""
             return psycopg.connect(
-                self.location.conninfo or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT
+                conninfo,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT,
+                options=_startup_options(conninfo),
             )
         except psycopg.Error as exc:
             raise StoreConnectionLost(
@@ -564,9 +609,18 @@ class PostgresStore(SQLiteStore):
 
     def set_idle_limit(self, seconds: float) -> None:
         """The server ends this session if it idles that long inside a
-        transaction (its locks, the write lock included, die with it)."""
+        transaction, or if its client goes silent that long (see
+        `silent_client_settings`): its locks, the write lock included, die
+        with it."""
         self._idle_limit = seconds
-        self._raw(f"SET idle_in_transaction_session_timeout = {max(1, int(seconds * 1000))}")
+        settings = {
+            "idle_in_transaction_session_timeout": max(1, int(seconds * 1000)),
+            **silent_client_settings(seconds),
+        }
+        calls = ", ".join(
+            f"set_config('{name}', '{value}', false)" for name, value in settings.items()
+        )
+        self._raw(f"SELECT {calls}")
 
     def _check_fence(self, epoch: int) -> None:
         row = self._execute(
