@@ -7,6 +7,7 @@ fixtures in the other test modules.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,7 +22,7 @@ from conftest import CliRun
 from tests.daemon import Daemon, utc_ago, wait_for, wfsched, wfsched_json, write_definition
 from tests.ha import leader_pid
 from tests.pgserver import PostgresServer, dbname
-from wfsched.errors import ConflictError
+from wfsched.errors import ConflictError, StoreError
 from wfsched.store.location import resolve_store
 from wfsched.store.pg_migrations import LATEST_PG_VERSION
 from wfsched.store.postgres import PostgresStore
@@ -401,3 +402,21 @@ def test_both_schemas_have_the_same_versions_tables_columns_and_indexes(
     assert pg_columns.pop("schema_version") == ["version"]
     assert pg_columns == sqlite_columns
     assert pg_indexes == sqlite_indexes
+
+
+def test_a_transaction_an_error_aborted_is_never_reported_committed(pg_url: str) -> None:
+    """PostgreSQL answers the COMMIT of an aborted transaction with a
+    `ROLLBACK` status, not an error: an error swallowed inside a transaction
+    must still fail it, with nothing written."""
+    store = PostgresStore(resolve_store(pg_url))
+    try:
+        with pytest.raises(StoreError, match="rolled this transaction back"), store.atomic():
+            store.set_meta(lost="1")
+            with contextlib.suppress(StoreError):
+                store._execute("SELECT 1 / 0")
+        assert store.get_meta("lost") is None
+        with store.atomic():
+            store.set_meta(kept="1")
+        assert store.get_meta("kept") == "1"
+    finally:
+        store.close()

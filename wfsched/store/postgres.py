@@ -375,7 +375,19 @@ class PostgresStore(SQLiteStore):
                 with suppress(psycopg.Error, StoreError):
                     self._raw("ROLLBACK")
             raise
-        self._raw("COMMIT")
+        self._commit()
+
+    def _commit(self) -> None:
+        """COMMIT, and make sure it committed: PostgreSQL answers a COMMIT of
+        a transaction that an error aborted with a plain `ROLLBACK` status,
+        not an error (one swallowed inside, e.g. by a rollback to a
+        savepoint that failed in turn, would otherwise pass as written)."""
+        done = self._send(("COMMIT", None, False)).statusmessage
+        if done != "COMMIT":
+            raise StoreError(
+                f"store {self.display}: the database rolled this transaction back"
+                f" ({done}: an earlier statement of it failed); nothing of it was written"
+            )
 
     def _undo(self, savepoint: _Held, name: str) -> None:
         """Roll a nested `atomic()` back. Everything held now was held
