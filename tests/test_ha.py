@@ -9,6 +9,7 @@ admitted twice, no run launched twice, every instant with a ledger row,
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -612,6 +614,22 @@ class NetworkCut:
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=30)
 
 
+@contextlib.contextmanager
+def network_cut(tmp_path: Path) -> Iterator[tuple[NetworkCut, str]]:
+    """A namespace behind a veth pair and a server reachable through it
+    (skipped where one cannot be made), and the server's TCP URL."""
+    cut = NetworkCut(tmp_path)
+    why = cut.create()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        assert cut.server is not None
+        yield cut, cut.server.tcp_url(cut.url())
+    finally:
+        cut.mend()
+        cut.remove()
+
+
 class TcpServer(PostgresServer):
     """The test server, listening on TCP at `address` too (trusting that subnet)."""
 
@@ -644,13 +662,7 @@ def test_a_network_cut_between_the_leader_and_the_database(tmp_path: Path) -> No
     the lease and admits what falls due; when the network comes back the old
     leader stands by without committing anything as leader. Every instant is
     admitted once, none is lost, audit is clean."""
-    cut = NetworkCut(tmp_path)
-    why = cut.create()
-    if why is not None:
-        pytest.skip(why)
-    try:
-        assert cut.server is not None
-        url = cut.server.tcp_url(cut.url())
+    with network_cut(tmp_path) as (cut, url):
         a, b = Host(tmp_path, "a"), Host(tmp_path, "b")
         marker = tmp_path / "ran"
         # Host a's runs in flight at the cut stay unfinished (hence hold an
@@ -692,8 +704,6 @@ def test_a_network_cut_between_the_leader_and_the_database(tmp_path: Path) -> No
         admitted = sorted(row[0] for row in ledger(url) if row[2] == "admitted")
         assert admitted == names
         check_invariants(url, [marker], [a, b])
-    finally:
-        cut.remove()
 
 
 HOLD_IN_A_PIPELINE = """
@@ -724,13 +734,7 @@ def test_a_session_cut_off_inside_a_pipeline_gives_the_write_lock_back(
     starts with (and a leader's, scaled to its lease) make the server end
     it once its client stays silent: the lock is free again within
     seconds, not after the kernel's two hours."""
-    cut = NetworkCut(tmp_path)
-    why = cut.create()
-    if why is not None:
-        pytest.skip(why)
-    try:
-        assert cut.server is not None
-        url = cut.server.tcp_url(cut.url())
+    with network_cut(tmp_path) as (cut, url):
         PostgresStore(resolve_store(url)).close()  # the schema, before the cut
         script = tmp_path / "hold.py"
         script.write_text(HOLD_IN_A_PIPELINE)
@@ -758,9 +762,6 @@ def test_a_session_cut_off_inside_a_pipeline_gives_the_write_lock_back(
             holder.kill()
             holder.wait()
         assert freed < (4 if limit else 8), f"the write lock came back {freed:.1f}s after the cut"
-    finally:
-        cut.mend()
-        cut.remove()
 
 
 def test_the_leader_gauge_epoch_and_health_body_follow_the_leadership(tmp_path: Path) -> None:
