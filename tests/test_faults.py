@@ -26,6 +26,7 @@ import pytest
 from tests.daemon import (
     Daemon,
     StoreName,
+    define,
     utc_ago,
     wait_for,
     wfsched,
@@ -503,14 +504,13 @@ def test_kill_or_error_while_the_admission_waits_for_its_instant(tmp_path: Path,
     left behind) and the restart runs the instant once; an error there is
     rolled back and contained, and the instant's own tick admits it once."""
     store, ledger = tmp_path / "store", tmp_path / "ledger"
-    text = (
-        f'id = "job"\n[trigger]\nat = "{utc_ago(-4)}"\n[run]\n'
+    define(
+        store,
+        tmp_path,
+        "job",
+        f'[trigger]\nat = "{utc_ago(-4)}"\n[run]\n'
         f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}"]\n'
-        '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
-    )
-    assert (
-        wfsched(store, "create", str(write_definition(tmp_path / "defs", "job", text))).returncode
-        == 0
+        '[policy]\nmisfire = "latest"\nlateness = "1h"\n',
     )
     suffix = ":raise" if mode == "raise" else ""
     daemon = Daemon(store, env={"WFSCHED_FAULT": f"admission-held{suffix}"})
@@ -600,14 +600,13 @@ def test_a_keeper_killed_before_naming_its_command_leaves_no_job_running(tmp_pat
     run is recorded (it used to run on, unwatched, its overlap slot freed)."""
     store = tmp_path / "store"
     pidfile = tmp_path / "job.pid"
-    text = (
-        f'id = "job"\n[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
+    define(
+        store,
+        tmp_path,
+        "job",
+        f'[trigger]\nat = "{utc_ago(1)}"\n[run]\n'
         f'command = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 60"]\nkill_grace = "1s"\n'
-        '[policy]\nmisfire = "latest"\nlateness = "1h"\n'
-    )
-    assert (
-        wfsched(store, "create", str(write_definition(tmp_path / "defs", "job", text))).returncode
-        == 0
+        '[policy]\nmisfire = "latest"\nlateness = "1h"\n',
     )
     daemon = Daemon(store, env={"WFSCHED_FAULT": "keeper-after-fork"})
     try:
