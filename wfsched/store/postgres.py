@@ -278,20 +278,19 @@ class PostgresStore(SQLiteStore):
         before COMMIT is answered (the fence check, or `_flush`), and a
         nested `atomic()` flushes before it ends, so an error of a held
         write is raised inside the same savepoint as when it ran at once."""
-        held = (_translated(statement), [_adapt(value) for value in params], False)
-        if self._in_transaction():
-            self._held.append(held)
-        else:
-            self._send(held)
+        self._hold_or_send((_translated(statement), [_adapt(value) for value in params], False))
 
     def _write_many(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
-        if not rows:
-            return
-        held = (_translated(statement), [[_adapt(value) for value in row] for row in rows], True)
+        if rows:
+            rows = [[_adapt(value) for value in row] for row in rows]
+            self._hold_or_send((_translated(statement), rows, True))
+
+    def _hold_or_send(self, write: _Held) -> None:
+        """Held inside a transaction (`_write`), sent at once outside one."""
         if self._in_transaction():
-            self._held.append(held)
+            self._held.append(write)
         else:
-            self._send(held)
+            self._send(write)
 
     def _hold_raw(self, statement: str) -> None:
         """A transaction's own statement (BEGIN, its lock, a savepoint),
