@@ -430,11 +430,21 @@ class Verdicts:
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, str, bool]] = []
 
-    def check(self, name: str, measured: float, limit: float, unit: str, fmt: str = ".1f") -> bool:
-        ok = measured < limit
+    def check(
+        self,
+        name: str,
+        measured: float,
+        limit: float,
+        unit: str,
+        fmt: str = ".1f",
+        inclusive: bool = False,
+    ) -> bool:
+        """measured < limit, or <= with `inclusive` (a target written "at most")."""
+        ok = measured <= limit if inclusive else measured < limit
         ratio = measured / limit if limit else math.inf
+        bound = "<=" if inclusive else "<"
         self.rows.append(
-            (name, f"{measured:{fmt}} {unit}", f"< {limit:{fmt}} {unit} (x{ratio:.2f})", ok)
+            (name, f"{measured:{fmt}} {unit}", f"{bound} {limit:{fmt}} {unit} (x{ratio:.2f})", ok)
         )
         return ok
 
