@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import pytest
 
+from wfsched.process.keeper import _start_tick
 from wfsched.process.launcher import (
     AlreadyLaunched,
     CommandNotStarted,
@@ -430,6 +431,25 @@ def test_command_gets_default_signals_and_only_three_fds(
     ]
     assert wait_exit(fds).outcome == "exited"
     assert log(fds, "stdout.log").split() == ["0", "1", "2"]
+
+
+def test_the_start_time_from_the_clock_is_the_kernel_s_or_none() -> None:
+    # The keeper takes a command's start time from CLOCK_BOOTTIME read
+    # around its spawn, not from /proc: the two must agree, and readings
+    # that straddle a clock tick must give None (the keeper reads /proc).
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    agreed = 0
+    for _ in range(100):
+        before = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        proc = subprocess.Popen(["true"])
+        tick = _start_tick(before, time.clock_gettime_ns(time.CLOCK_BOOTTIME))
+        if tick is not None:
+            assert tick == process_start_time(proc.pid)  # a zombie until waited for
+            agreed += 1
+        proc.wait()
+    assert agreed > 50
+    assert _start_tick(5 * tick_ns - 1, 5 * tick_ns) is None
+    assert _start_tick(5 * tick_ns, 6 * tick_ns - 1) == 5
 
 
 # -- records -------------------------------------------------------------------------
