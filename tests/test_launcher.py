@@ -1228,3 +1228,39 @@ def test_a_keeper_lost_inside_a_pipeline_starts_nothing_twice(tmp_path: Path) ->
     ran = [len(_ran(tmp_path / f"r{index}")) for index in range(6)]
     assert ran[:2] + ran[3:] == [1] * 5
     assert ran[2] in (0, 1)  # spawned, then the keeper died: at most once
+
+
+def test_the_keeper_starts_nothing_a_client_that_hung_up_left_unread(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """Spawn requests the keeper reads after their sender closed its socket
+    (a supervisor SIGKILLed with a pipelined chunk on the wire) are dropped:
+    a restarted supervisor may already have found those attempts with
+    nothing started and failed them, so starting one now would run a
+    failed run."""
+    import socket as socket_module
+
+    from wfsched.process.launcher import _frame, _spawn_wire
+
+    keeper = launcher.server_pid
+    assert keeper is not None
+    specs = _specs(tmp_path, 3, ("sh", "-c", "echo $$ >> ran"))
+    assert launcher._directory is not None
+    client = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    client.connect(os.path.join(launcher._directory, "keeper.sock"))
+    client.sendall(_frame({"op": "hello", "events": False}))
+    client.recv(4096)
+    descriptors = len(os.listdir(f"/proc/{keeper}/fd"))
+    os.kill(keeper, signal.SIGSTOP)
+    try:
+        for spec in specs:
+            client.sendall(_frame({"op": "spawn", "spec": _spawn_wire(spec)}))
+        client.close()
+    finally:
+        os.kill(keeper, signal.SIGCONT)
+    wait_for(
+        lambda: len(os.listdir(f"/proc/{keeper}/fd")) < descriptors,
+        what="the keeper to drop the client",
+    )
+    assert [read_shim_record(spec.record_dir) for spec in specs] == [None] * 3
+    assert not any(_ran(tmp_path / f"r{index}") for index in range(3))

@@ -120,6 +120,16 @@ class _Client:
     sock: socket.socket
     events: bool = False
     backlog: bytearray = field(default_factory=bytearray)
+    probe: Any = None  # a select.poll of `sock` alone, made when first needed
+
+    def hung_up(self) -> bool:
+        """Whether the client closed its end (a dead supervisor): the kernel
+        says so at once (POLLHUP), while requests it sent may still wait
+        unread on our side."""
+        if self.probe is None:
+            self.probe = select.poll()
+            self.probe.register(self.sock, select.POLLIN)
+        return any(events & select.POLLHUP for _, events in self.probe.poll(0))
 
 
 def _noop(signum: int, frame: FrameType | None) -> None:
@@ -345,6 +355,14 @@ class Keeper:
             request = json.loads(message)
             if not isinstance(request, dict):
                 raise TypeError("not a JSON object")
+            if request.get("op") == "spawn" and client.hung_up():
+                # Sent by a supervisor that died before our reply: its
+                # successor may already have found the attempt with nothing
+                # started and failed it as abandoned, so it must not start
+                # now. (Only replying fails on a closed socket: the first
+                # such request would start.)
+                self._drop(fd)
+                return False
             reply = self._handle(client, request)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             reply = {"error": f"malformed request ({exc})"}
