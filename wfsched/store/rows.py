@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,22 @@ class AttemptRow:
     reason: str | None
     shim_pid: int | None
     shim_start_time: int | None
+
+
+class AttemptEnd(NamedTuple):
+    """How an attempt ended, as `Store.end_attempts` records it on the
+    attempt row and on its run."""
+
+    run_seq: int
+    attempt: int
+    state: str
+    finished_at: float
+    exit_code: int | None
+    reason: str | None
+    stdout_tail: bytes | None
+    stderr_tail: bytes | None
+    run_finished_at: float | None
+    """The run's finished_at: None for an interrupted run (it may be resumed)."""
 
 
 @dataclass(frozen=True)
