@@ -406,3 +406,17 @@ def test_an_empty_or_absent_log_is_answered_without_opening_it(
     assert log_tail(tmp_path / "link.log") is None
     assert log_tail(tmp_path / "fifo.log") is None
     assert log_tail(tmp_path) is None
+
+
+def test_a_frozen_invocation_is_written_as_the_text_it_is_read_back_from() -> None:
+    """An admitted run keeps the invocation it was frozen from (`parsed_as`)
+    instead of parsing the text it just wrote: the two must be the same."""
+    from wfsched.store.rows import Invocation, RunRow
+
+    frozen = Invocation(
+        ["sh", "-c", "true"], "/srv", {"A": "1"}, {"x": [1, 2.5]}, None, 5, 75, "/r"
+    )
+    text = frozen.to_json()
+    assert Invocation.from_json(text) == frozen
+    row = RunRow(1, "s", "scheduled", 0, "admitted", None, None, 1, text, 0.0, None, None, 0)
+    assert row.parsed_as(frozen).frozen is frozen

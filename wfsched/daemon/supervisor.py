@@ -1277,14 +1277,15 @@ class Supervisor:
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
+        text = frozen.to_json()
         seq = self.store.insert_admitted_run(
-            row.id, instant, row.revision, frozen, now, host=self.config.host
+            row.id, instant, row.revision, text, now, host=self.config.host
         )
         self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
         return RunRow(
-            seq, row.id, "scheduled", instant, "admitted", None, None, row.revision, frozen, now,
+            seq, row.id, "scheduled", instant, "admitted", None, None, row.revision, text, now,
             None, None, 0, self.config.host,
-        )  # fmt: skip
+        ).parsed_as(frozen)  # fmt: skip
 
     def _freeze(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
@@ -1296,16 +1297,17 @@ class Supervisor:
         frozen = self._freeze_invocation(row, defn, instant, kind)
         if isinstance(frozen, Refusal):
             return frozen
+        text = frozen.to_json()
         seq = self.store.insert_run(
-            row.id, kind, instant, row.revision, frozen, now, host=self.config.host
+            row.id, kind, instant, row.revision, text, now, host=self.config.host
         )
-        return seq, frozen
+        return seq, text
 
     def _freeze_invocation(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str
-    ) -> str | Refusal:
+    ) -> Invocation | Refusal:
         """Resolve the run's inputs and preflight its command: the frozen
-        invocation (JSON text), or why it cannot start. A manual run has no
+        invocation, or why it cannot start. A manual run has no
         occurrence: its `occurrence_id` binding is JSON null."""
         occurrence = None if kind == "manual" else occurrence_id(row.id, instant)
         reason, document = self._resolve(defn, row.id, occurrence, instant)
@@ -2538,24 +2540,22 @@ def _built(spec: LaunchSpec) -> Callable[[], LaunchSpec]:
     return lambda: spec
 
 
-def _invocation(defn: Definition, document: Any, runs_root: Path) -> str:
+def _invocation(defn: Definition, document: Any, runs_root: Path) -> Invocation:
     """The frozen invocation. A stored definition from an earlier release may
     carry a timeout or kill_grace longer than MAX_DURATION: clamped here, so
     every deadline the shim computes stays representable (ten years still
     means "never" in practice). `runs_root`: this host's, where the run's
     directory will be, so an operator on another host is told where it is."""
     timeout = defn.run.timeout
-    return json.dumps(
-        {
-            "command": list(defn.run.command),
-            "cwd": defn.run.cwd,
-            "env": dict(defn.run.env),
-            "input": document,
-            "timeout": None if timeout is None else min(timeout, MAX_DURATION),
-            "kill_grace": min(defn.run.kill_grace, MAX_DURATION),
-            "interrupt_exit_code": defn.run.interrupt_exit_code,
-            "runs_root": str(runs_root),
-        }
+    return Invocation(
+        command=list(defn.run.command),
+        cwd=defn.run.cwd,
+        env=dict(defn.run.env),
+        input=document,
+        timeout=None if timeout is None else min(timeout, MAX_DURATION),
+        kill_grace=min(defn.run.kill_grace, MAX_DURATION),
+        interrupt_exit_code=defn.run.interrupt_exit_code,
+        runs_root=str(runs_root),
     )
 
 

@@ -80,6 +80,21 @@ class Invocation:
     """The runs root of the host that executes the run, where its directory
     (`WFSCHED_RUN_DIR`) is; None for runs frozen before it was recorded."""
 
+    def to_json(self) -> str:
+        """The text `from_json` reads back as this invocation (a run row's)."""
+        return json.dumps(
+            {
+                "command": self.command,
+                "cwd": self.cwd,
+                "env": self.env,
+                "input": self.input,
+                "timeout": self.timeout,
+                "kill_grace": self.kill_grace,
+                "interrupt_exit_code": self.interrupt_exit_code,
+                "runs_root": self.runs_root,
+            }
+        )
+
     @classmethod
     def from_json(cls, text: str) -> Invocation:
         """Raises ValueError or KeyError for a damaged row."""
@@ -123,6 +138,12 @@ class RunRow:
     def frozen(self) -> Invocation:
         """`invocation` parsed, once per row (ValueError/KeyError if damaged)."""
         return Invocation.from_json(self.invocation)
+
+    def parsed_as(self, frozen: Invocation) -> RunRow:
+        """This row, its `frozen` already known: a run just admitted from
+        `frozen.to_json()`, whose launch need not parse the text back."""
+        self.__dict__["frozen"] = frozen
+        return self
 
     @property
     def is_manual(self) -> bool:
