@@ -146,7 +146,7 @@ def seed(root: Path, occurrences: int, runs: int, dirs: int) -> SQLiteStore:
     for seq in made_runs[:dirs]:
         rundir = RunDir(store.runs_dir, run_id(seq))
         rundir.prepare({})
-        log = rundir.prepare_attempt(1) / "stdout.log"
+        log = Path(rundir.prepare_attempt(1)) / "stdout.log"
         log.write_text("output\n" * 20)
     return store
 

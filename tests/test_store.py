@@ -3,6 +3,7 @@ and what operators see when the database is not what wfsched wrote."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 from pathlib import Path
@@ -337,3 +338,85 @@ def test_attempt_log_paths_are_the_run_directory_s_log_paths(tmp_path: Path) -> 
         str(directory.log_path(3, "stdout")),
         str(directory.log_path(3, "stderr")),
     )
+
+
+def test_a_record_directory_is_made_without_making_records_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each launch makes its two record directories and only looks at
+    `records/` (made once, for a new store); whatever is not a plain
+    directory on the way is refused, a symlink included."""
+    from wfsched.store import rundirs
+
+    made: list[str] = []
+    real_mkdir = os.mkdir
+
+    def mkdir(path: str, mode: int = 0o777) -> None:
+        made.append(os.path.relpath(path, tmp_path))
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    records = tmp_path / "records"
+    first = rundirs.prepare_record_dir(records / "run-000001" / "attempt-1")
+    assert made == ["records", "records/run-000001", "records/run-000001/attempt-1"]
+    assert records.stat().st_mode & 0o777 == 0o700
+    made.clear()
+    rundirs.prepare_record_dir(records / "run-000002" / "attempt-1")
+    assert made == ["records/run-000002", "records/run-000002/attempt-1"]
+    assert first == str(records / "run-000001" / "attempt-1")
+    rundirs.prepare_record_dir(records / "run-000002" / "attempt-1")  # idempotent
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (records / "run-000003").symlink_to(elsewhere)
+    with pytest.raises(NotADirectoryError):
+        rundirs.prepare_record_dir(records / "run-000003" / "attempt-1")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "records").symlink_to(elsewhere)
+    with pytest.raises(NotADirectoryError):
+        rundirs.prepare_record_dir(linked / "records" / "run-000004" / "attempt-1")
+    assert list(elsewhere.iterdir()) == [], "nothing is made through a link"
+
+
+def test_an_empty_or_absent_log_is_answered_without_opening_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit ingestion reads two log tails per run; a job that writes its
+    results elsewhere leaves both empty. Anything but a regular file is
+    still None, never followed or blocked on."""
+    from wfsched.store.rundirs import log_tail
+
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, flags: int, mode: int = 0o777) -> int:
+        opened.append(os.path.basename(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    (tmp_path / "empty.log").write_bytes(b"")
+    (tmp_path / "full.log").write_bytes(b"x" * 10 + b"tail")
+    (tmp_path / "link.log").symlink_to(tmp_path / "full.log")
+    os.mkfifo(tmp_path / "fifo.log")
+    assert log_tail(tmp_path / "empty.log") == b""
+    assert log_tail(tmp_path / "absent.log") is None
+    assert opened == []
+    assert log_tail(tmp_path / "full.log", limit=4) == b"tail"
+    assert log_tail(tmp_path / "link.log") is None
+    assert log_tail(tmp_path / "fifo.log") is None
+    assert log_tail(tmp_path) is None
+
+
+def test_a_frozen_invocation_is_written_as_the_text_it_is_read_back_from() -> None:
+    """An admitted run keeps the invocation it was frozen from (`parsed_as`)
+    instead of parsing the text it just wrote: the two must be the same."""
+    from wfsched.store.rows import Invocation, RunRow
+
+    frozen = Invocation(
+        ["sh", "-c", "true"], "/srv", {"A": "1"}, {"x": [1, 2.5]}, None, 5, 75, "/r"
+    )
+    text = frozen.to_json()
+    assert Invocation.from_json(text) == frozen
+    row = RunRow(1, "s", "scheduled", 0, "admitted", None, None, 1, text, 0.0, None, None, 0)
+    assert row.parsed_as(frozen).frozen is frozen

@@ -18,6 +18,7 @@ import pytest
 from tests.daemon import wait_for
 from wfsched.errors import ConflictError
 from wfsched.store import SQLiteStore, Store
+from wfsched.store.rows import AttemptEnd
 
 T0 = 1_780_000_000
 
@@ -482,6 +483,36 @@ def test_a_run_from_admission_to_completion(store: Store) -> None:
     assert done is not None and (done.run_state, done.finished_at) == ("completed", T0 + 62)
     assert store.get_run(10_000) is None
     assert store.get_attempt(seq, 2) is None
+
+
+def test_the_endings_of_a_tick_are_written_together(store: Store) -> None:
+    """`end_attempts`: each attempt row gets its state, times, exit code,
+    reason and output tails, and its run the same state (an interrupted
+    run no finished time: it may be resumed); other runs are untouched."""
+    add_schedule(store)
+    done, cut, other = (admit(store, "s", T0 + at) for at in (60, 120, 180))
+    with store.atomic():
+        store.mark_attempts([(seq, 1, T0 + 200, T0 + 200) for seq in (done, cut, other)])
+    with store.atomic():
+        store.end_attempts(
+            [
+                AttemptEnd(done, 1, "completed", T0 + 201, 0, None, b"out", b"", T0 + 201),
+                AttemptEnd(cut, 1, "interrupted", T0 + 202, 75, "exited 75", None, b"e", None),
+            ]
+        )
+    ended = [store.get_run(seq) for seq in (done, cut, other)]
+    assert [(r.state, r.exit_code, r.reason, r.finished_at) for r in ended if r] == [
+        ("completed", 0, None, T0 + 201),
+        ("interrupted", 75, "exited 75", None),
+        ("running", None, None, None),
+    ]
+    attempts = [store.get_attempt(seq, 1) for seq in (done, cut)]
+    assert [(a.state, a.exit_code, a.reason, a.finished_at) for a in attempts if a] == [
+        ("completed", 0, None, T0 + 201),
+        ("interrupted", 75, "exited 75", T0 + 202),
+    ]
+    assert store.attempt_output(done, 1) == (b"out", b"")
+    assert store.attempt_output(cut, 1) == (None, b"e")
 
 
 # -- requests and bookkeeping ------------------------------------------------------------

@@ -86,7 +86,7 @@ def test_ingestion_that_fails_after_reading_the_exit_record_rereads_it(
     forget it, or the run would stay `running` forever (a lost exit)."""
     h.tick_at(T0)
     h.control.finish("run-000001", exit_code=0)
-    fail(h, monkeypatch, "update_attempt", when=lambda *a, **k: "state" in k)
+    fail(h, monkeypatch, "end_attempts")
     h.tick_at(T0 + 1)
     assert h.runs.show("run-000001")["state"] == "running"
     assert h.supervisor.errors.counts == {"ingestion": 1}

@@ -11,6 +11,10 @@ from typing import Any, TextIO
 
 from wfsched.domain.timeutil import Clock, format_event, wall_clock
 
+_JSON = json.JSONEncoder(default=str)
+"""`json.dumps(..., default=str)` builds an encoder per call; a burst logs
+three lines per run."""
+
 
 class EventLog:
     def __init__(
@@ -26,7 +30,7 @@ class EventLog:
         at = format_event(self.clock())
         fields = {key: value for key, value in fields.items() if value is not None}
         if self.fmt == "json":
-            line = json.dumps({"time": at, "event": event, **fields}, default=str)
+            line = _JSON.encode({"time": at, "event": event, **fields})
         else:
             details = " ".join(f"{key}={_human(value)}" for key, value in fields.items())
             line = f"{at} {event}" + (f" {details}" if details else "")

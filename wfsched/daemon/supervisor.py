@@ -74,7 +74,7 @@ from wfsched.store import (
 from wfsched.store.commit_watch import CommitWatch
 from wfsched.store.ownership import Ownership
 from wfsched.store.resource_faults import classify, probe_directory
-from wfsched.store.rows import Invocation
+from wfsched.store.rows import AttemptEnd, Invocation
 from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
     RunDir,
@@ -83,6 +83,7 @@ from wfsched.store.rundirs import (
     log_tail,
     prepare_record_dir,
     record_dir,
+    records_root,
 )
 from wfsched.store.runtime_file import FaultFile, fault_path
 
@@ -159,7 +160,7 @@ the held chunk is rolled back rather than keep the store's write lock."""
 LOST_LAUNCH_TRIES = 3
 """Launches of one attempt that may each lose the launcher having started
 nothing; the attempt then fails as never started (no replacement storm)."""
-Prepared = tuple[RunRow, Invocation, RunDir, Path]
+Prepared = tuple[RunRow, Invocation, RunDir, str]
 """A run ready to be marked: its invocation, its run directory, its
 attempt's record directory."""
 
@@ -182,7 +183,7 @@ class Watch:
     run_seq: int
     schedule_id: str
     attempt: int
-    record_dir: Path
+    record_dir: str
     handle: ShimHandle | None
     adopted: bool
     cancel_reason: str | None = None
@@ -298,6 +299,7 @@ class Supervisor:
         self.observer = observer or Observer()
         """Told of every committed fact (the metrics); a no-op by default."""
         self.definitions = DefinitionCache()
+        self._records_root = str(records_root(store.root))
         self.fault_file = FaultFile(store.root)
         self.hooks = FailureHooks(
             control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
@@ -1275,14 +1277,15 @@ class Supervisor:
             # Alerted after the commit: a rejected start is a failure too.
             self._rejections.append(Rejection(row.id, defn.on_failure, instant, reason))
             return None
+        text = frozen.to_json()
         seq = self.store.insert_admitted_run(
-            row.id, instant, row.revision, frozen, now, host=self.config.host
+            row.id, instant, row.revision, text, now, host=self.config.host
         )
         self._note("admitted", schedule=row.id, at=format_instant(instant), run=run_id(seq))
         return RunRow(
-            seq, row.id, "scheduled", instant, "admitted", None, None, row.revision, frozen, now,
+            seq, row.id, "scheduled", instant, "admitted", None, None, row.revision, text, now,
             None, None, 0, self.config.host,
-        )  # fmt: skip
+        ).parsed_as(frozen)  # fmt: skip
 
     def _freeze(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str, now: float
@@ -1294,16 +1297,17 @@ class Supervisor:
         frozen = self._freeze_invocation(row, defn, instant, kind)
         if isinstance(frozen, Refusal):
             return frozen
+        text = frozen.to_json()
         seq = self.store.insert_run(
-            row.id, kind, instant, row.revision, frozen, now, host=self.config.host
+            row.id, kind, instant, row.revision, text, now, host=self.config.host
         )
-        return seq, frozen
+        return seq, text
 
     def _freeze_invocation(
         self, row: ScheduleRow, defn: Definition, instant: int, kind: str
-    ) -> str | Refusal:
+    ) -> Invocation | Refusal:
         """Resolve the run's inputs and preflight its command: the frozen
-        invocation (JSON text), or why it cannot start. A manual run has no
+        invocation, or why it cannot start. A manual run has no
         occurrence: its `occurrence_id` binding is JSON null."""
         occurrence = None if kind == "manual" else occurrence_id(row.id, instant)
         reason, document = self._resolve(defn, row.id, occurrence, instant)
@@ -1521,7 +1525,9 @@ class Supervisor:
         rundir = RunDir(self.store.runs_dir, run.run_id)
         rundir.prepare(invocation.input)
         rundir.prepare_attempt(attempt, resume_input)
-        records = prepare_record_dir(attempt_record_dir(self.store.root, run.run_id, attempt))
+        records = prepare_record_dir(
+            os.path.join(self._records_root, run.run_id, f"attempt-{attempt}")
+        )
         return run, invocation, rundir, records
 
     def _mark_with_admission(
@@ -1685,7 +1691,7 @@ class Supervisor:
         run: RunRow,
         invocation: Invocation,
         rundir: RunDir,
-        records: Path,
+        records: str,
         attempt: int,
         resumed: bool,
     ) -> LaunchSpec:
@@ -1699,23 +1705,23 @@ class Supervisor:
             WFSCHED_SCHEDULED_AT=format_instant(run.scheduled_at) or "",
             WFSCHED_RUN_ID=run.run_id,
             WFSCHED_ATTEMPT=str(attempt),
-            WFSCHED_RUN_DIR=str(rundir.path),
-            WFSCHED_STATE_DIR=str(rundir.state_dir),
-            WFSCHED_INPUT=str(rundir.input_path),
+            WFSCHED_RUN_DIR=rundir.dir,
+            WFSCHED_STATE_DIR=rundir.state,
+            WFSCHED_INPUT=rundir.input,
         )
-        stdin = rundir.input_path
+        stdin = rundir.input
         if resumed:
-            stdin = rundir.resume_input_path(attempt)
-            env["WFSCHED_RESUME_INPUT"] = str(stdin)
+            stdin = rundir.resume_input(attempt)
+            env["WFSCHED_RESUME_INPUT"] = stdin
         return LaunchSpec(
             run_id=run.run_id,
             attempt=attempt,
             argv=tuple(invocation.command),
             cwd=invocation.cwd,
             env=env,
-            stdin_path=str(stdin),
-            attempt_dir=str(rundir.attempt_dir(attempt)),
-            record_dir=str(records),
+            stdin_path=stdin,
+            attempt_dir=rundir.attempt(attempt),
+            record_dir=records,
             timeout=invocation.timeout,
             kill_grace=invocation.kill_grace,
             max_log_bytes=self.config.max_log_bytes,
@@ -1792,7 +1798,7 @@ class Supervisor:
         return handle
 
     def _settle_lost_launch(self, run: RunRow, watch: Watch, spec: LaunchSpec) -> ShimHandle | None:
-        record_dir = str(watch.record_dir)
+        record_dir = watch.record_dir
         try:
             locked = self.control.launch_locked(record_dir)
             handle = self.control.read_shim(record_dir)
@@ -2034,7 +2040,7 @@ class Supervisor:
     def _look(
         self, watch: Watch, reaped: bool
     ) -> tuple[ExitRecord | None, str | None, str | None] | None:
-        record_dir = str(watch.record_dir)
+        record_dir = watch.record_dir
         record = self.control.read_exit(record_dir)
         if record is not None:
             return record, None, None
@@ -2058,7 +2064,7 @@ class Supervisor:
     def _alive(self, watch: Watch) -> bool:
         if watch.handle is not None and self.control.alive(watch.handle):
             return True
-        return self.control.launch_locked(str(watch.record_dir))
+        return self.control.launch_locked(watch.record_dir)
 
     def _terminated(self, watch: Watch) -> bool:
         """Whether nothing of the attempt's session is left; if something is,
@@ -2086,24 +2092,35 @@ class Supervisor:
 
     def _conclude_all(self, endings: list[tuple[Watch, ExitRecord | None, str | None]]) -> None:
         """Record how attempts ended (one transaction), then log and alert."""
-        ended: list[tuple[Watch, RunRow, str, str | None, int | None]] = []
+        ended: list[tuple[Watch, RunRow, AttemptEnd]] = []
         with self.store.atomic():
-            # Read at once (one statement, not one per run); a run recorded
-            # in this loop is read again should it come up twice.
+            # Read at once (one statement, not one per run), and written at
+            # once (`end_attempts`); a run that comes up twice is read again
+            # once the first ending is written.
             runs = self.store.runs_by_seq([watch.run_seq for watch, _, _ in endings])
+            ends: list[AttemptEnd] = []
             for watch, record, failure in endings:
-                run = runs.pop(watch.run_seq, None) or self.store.get_run(watch.run_seq)
+                run = runs.pop(watch.run_seq, None)
+                if run is None:
+                    if ends:
+                        self.store.end_attempts(ends)
+                        ends = []
+                    run = self.store.get_run(watch.run_seq)
                 # An attempt whose end is already recorded (a launch failure
                 # settled after its record committed) is not recorded twice.
                 if run is not None and run.state == "running" and run.attempt == watch.attempt:
-                    state, reason, exit_code = self._record_end(run, watch, record, failure)
-                    ended.append((watch, run, state, reason, exit_code))
+                    end = self._attempt_end(run, watch, record, failure)
+                    ends.append(end)
+                    ended.append((watch, run, end))
                 elif run is not None and record is not None and run.attempt == watch.attempt:
                     self._disclose_late_exit(run, record)
+            if ends:
+                self.store.end_attempts(ends)
         for watch, *_ in endings:
             self._unwatch(watch.run_seq)
         self.wake_now = True
-        for watch, run, state, reason, exit_code in ended:
+        for watch, run, end in ended:
+            state, reason, exit_code = end.state, end.reason, end.exit_code
             self.observer.run_ended(run.seq)
             self.log(
                 state, run=run.run_id, schedule=run.schedule_id, exit_code=exit_code, reason=reason
@@ -2131,10 +2148,9 @@ class Supervisor:
         self.store.update_run(run.seq, reason=reason + late)
         self._note("late-exit", run=run.run_id, outcome=outcome)
 
-    def _record_end(
+    def _attempt_end(
         self, run: RunRow, watch: Watch, record: ExitRecord | None, failure: str | None
-    ) -> tuple[str, str | None, int | None]:
-        invocation = run.frozen
+    ) -> AttemptEnd:
         exit_code: int | None = None
         finished = self.clock()
         reason: str | None
@@ -2146,32 +2162,25 @@ class Supervisor:
             )
         elif record is not None:
             exit_code, finished = record.exit_code, record.finished_at
-            state, reason = _outcome(record, invocation.interrupt_exit_code)
+            state, reason = _outcome(record, run)
             if state == "failed" and record.outcome == "cancelled" and watch.cancel_reason:
                 reason = watch.cancel_reason
         else:
             state, reason = "failed", failure
         stdout_log, stderr_log = attempt_log_paths(self.store.runs_dir, run.run_id, watch.attempt)
-        self.store.update_attempt(
+        return AttemptEnd(
             run.seq,
             watch.attempt,
-            state=state,
-            finished_at=finished,
-            exit_code=exit_code,
-            reason=reason,
+            state,
+            finished,
+            exit_code,
+            reason,
             # The exit record keeps each stream's tail, so the output can be
             # read on any host (the full logs stay in the run directory here).
-            stdout_tail=log_tail(stdout_log),
-            stderr_tail=log_tail(stderr_log),
+            log_tail(stdout_log),
+            log_tail(stderr_log),
+            None if state == "interrupted" else finished,
         )
-        self.store.update_run(
-            run.seq,
-            state=state,
-            reason=reason,
-            exit_code=exit_code,
-            finished_at=None if state == "interrupted" else finished,
-        )
-        return state, reason, exit_code
 
     def notify_failures(self) -> None:
         """Fire the hooks owed for failed runs (their ends are committed, so
@@ -2416,7 +2425,7 @@ class Supervisor:
             # Launched by a version that kept records in the attempt directory
             # (every launch now creates its record directory before marking).
             directory = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
-        watch = Watch(run.seq, run.schedule_id, run.attempt, directory, handle, True)
+        watch = Watch(run.seq, run.schedule_id, run.attempt, str(directory), handle, True)
         self._watch(watch)
         ending = self._examine_at_recovery(watch)
         if ending is None:
@@ -2458,7 +2467,7 @@ class Supervisor:
         directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
         if not directory.exists():
             return
-        watch = Watch(run.seq, run.schedule_id, run.attempt, directory, handle, True)
+        watch = Watch(run.seq, run.schedule_id, run.attempt, str(directory), handle, True)
         self._watch(watch)
         ending = self._examine_at_recovery(watch)
         if ending is None:
@@ -2531,30 +2540,32 @@ def _built(spec: LaunchSpec) -> Callable[[], LaunchSpec]:
     return lambda: spec
 
 
-def _invocation(defn: Definition, document: Any, runs_root: Path) -> str:
+def _invocation(defn: Definition, document: Any, runs_root: Path) -> Invocation:
     """The frozen invocation. A stored definition from an earlier release may
     carry a timeout or kill_grace longer than MAX_DURATION: clamped here, so
     every deadline the shim computes stays representable (ten years still
     means "never" in practice). `runs_root`: this host's, where the run's
     directory will be, so an operator on another host is told where it is."""
     timeout = defn.run.timeout
-    return json.dumps(
-        {
-            "command": list(defn.run.command),
-            "cwd": defn.run.cwd,
-            "env": dict(defn.run.env),
-            "input": document,
-            "timeout": None if timeout is None else min(timeout, MAX_DURATION),
-            "kill_grace": min(defn.run.kill_grace, MAX_DURATION),
-            "interrupt_exit_code": defn.run.interrupt_exit_code,
-            "runs_root": str(runs_root),
-        }
+    return Invocation(
+        command=list(defn.run.command),
+        cwd=defn.run.cwd,
+        env=dict(defn.run.env),
+        input=document,
+        timeout=None if timeout is None else min(timeout, MAX_DURATION),
+        kill_grace=min(defn.run.kill_grace, MAX_DURATION),
+        interrupt_exit_code=defn.run.interrupt_exit_code,
+        runs_root=str(runs_root),
     )
 
 
-def _outcome(record: ExitRecord, interrupt_exit_code: int | None) -> tuple[str, str | None]:
+def _outcome(record: ExitRecord, run: RunRow) -> tuple[str, str | None]:
+    """The run's state and reason from its exit record. The frozen invocation
+    is parsed only for a nonzero exit (its interrupt_exit_code), not for
+    every run a burst ends."""
     if record.outcome == "exited" and record.exit_code == 0:
         return "completed", None
+    interrupt_exit_code = run.frozen.interrupt_exit_code if record.outcome == "exited" else None
     if (
         record.outcome == "exited"
         and interrupt_exit_code is not None

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.metrics_queries import LedgerCount, RunCount, RunFact
 from wfsched.store.rows import (
+    AttemptEnd,
     AttemptRow,
     LedgerItem,
     LedgerRow,
@@ -256,6 +257,12 @@ class Store(Protocol):
         ...
 
     def update_attempt(self, run_seq: int, attempt: int, **fields: Any) -> None: ...
+
+    def end_attempts(self, ends: Sequence[AttemptEnd]) -> None:
+        """Attempts ended: each attempt row and its run get the end's state,
+        reason, exit code and times, the attempt row its output tails. Two
+        statements for all the endings a tick ingests, not two per run."""
+        ...
 
     def attempts(self, run_seq: int) -> list[AttemptRow]: ...
 

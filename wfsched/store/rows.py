@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,21 @@ class Invocation:
     """The runs root of the host that executes the run, where its directory
     (`WFSCHED_RUN_DIR`) is; None for runs frozen before it was recorded."""
 
+    def to_json(self) -> str:
+        """The text `from_json` reads back as this invocation (a run row's)."""
+        return json.dumps(
+            {
+                "command": self.command,
+                "cwd": self.cwd,
+                "env": self.env,
+                "input": self.input,
+                "timeout": self.timeout,
+                "kill_grace": self.kill_grace,
+                "interrupt_exit_code": self.interrupt_exit_code,
+                "runs_root": self.runs_root,
+            }
+        )
+
     @classmethod
     def from_json(cls, text: str) -> Invocation:
         """Raises ValueError or KeyError for a damaged row."""
@@ -124,6 +139,12 @@ class RunRow:
         """`invocation` parsed, once per row (ValueError/KeyError if damaged)."""
         return Invocation.from_json(self.invocation)
 
+    def parsed_as(self, frozen: Invocation) -> RunRow:
+        """This row, its `frozen` already known: a run just admitted from
+        `frozen.to_json()`, whose launch need not parse the text back."""
+        self.__dict__["frozen"] = frozen
+        return self
+
     @property
     def is_manual(self) -> bool:
         """A `trigger`ed run: it has no occurrence and holds no capacity slot."""
@@ -141,6 +162,22 @@ class AttemptRow:
     reason: str | None
     shim_pid: int | None
     shim_start_time: int | None
+
+
+class AttemptEnd(NamedTuple):
+    """How an attempt ended, as `Store.end_attempts` records it on the
+    attempt row and on its run."""
+
+    run_seq: int
+    attempt: int
+    state: str
+    finished_at: float
+    exit_code: int | None
+    reason: str | None
+    stdout_tail: bytes | None
+    stderr_tail: bytes | None
+    run_finished_at: float | None
+    """The run's finished_at: None for an interrupted run (it may be resumed)."""
 
 
 @dataclass(frozen=True)

@@ -29,19 +29,45 @@ NO_RESUME_INPUT: Any = object()
 
 
 class RunDir:
-    def __init__(self, runs_root: Path, run_id: str) -> None:
-        self.path = runs_root / run_id
-        self.input_path = self.path / "input.json"
-        self.state_dir = self.path / "state"
+    """One run's directory. Its paths are kept as strings: a burst builds one
+    per launch, and the launch needs strings (the spawn request, the job's
+    environment), where pathlib would cost more than the directories'
+    creation in Python time. The `Path` views are for the readers."""
+
+    __slots__ = ("dir", "input", "state")
+
+    def __init__(self, runs_root: str | os.PathLike[str], run_id: str) -> None:
+        self.dir = os.path.join(runs_root, run_id)
+        self.input = os.path.join(self.dir, "input.json")
+        self.state = os.path.join(self.dir, "state")
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    @property
+    def input_path(self) -> Path:
+        return Path(self.input)
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.state)
+
+    def attempt(self, attempt: int) -> str:
+        """The attempt's directory (`attempt_dir`, as a string)."""
+        return os.path.join(self.dir, f"attempt-{attempt}")
+
+    def resume_input(self, attempt: int) -> str:
+        return os.path.join(self.attempt(attempt), "resume-input.json")
 
     def attempt_dir(self, attempt: int) -> Path:
-        return self.path / f"attempt-{attempt}"
+        return Path(self.attempt(attempt))
 
     def log_path(self, attempt: int, stream: str) -> Path:
         return self.attempt_dir(attempt) / f"{stream}.log"
 
     def resume_input_path(self, attempt: int) -> Path:
-        return self.attempt_dir(attempt) / "resume-input.json"
+        return Path(self.resume_input(attempt))
 
     def prepare(self, input_document: Any) -> None:
         """Create the run directory with its input; idempotent, so a launch
@@ -53,29 +79,29 @@ class RunDir:
         comes back through the rewrite path). The usual launch costs three
         system calls this way instead of eight."""
         try:
-            os.mkdir(self.path)
-            os.mkdir(self.state_dir, 0o700)
+            os.mkdir(self.dir)
+            os.mkdir(self.state, 0o700)
         except OSError:
-            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            write_json_atomic(self.input_path, input_document)
+            Path(self.state).mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_json_atomic(self.input, input_document)
             return
-        _write_json(self.input_path, input_document)
+        _write_json(self.input, input_document)
 
-    def prepare_attempt(self, attempt: int, resume_input: Any = NO_RESUME_INPUT) -> Path:
+    def prepare_attempt(self, attempt: int, resume_input: Any = NO_RESUME_INPUT) -> str:
         """The attempt's directory; OSError if a job left something in the
         way. A directory that already existed (a job made it, or a launch
         that crashed before its mark) may hold logs the keeper would open:
         anything there but a regular file (a directory, a symlink to where
         the job chose) is refused before the attempt is marked."""
-        directory = self.attempt_dir(attempt)
+        directory = self.attempt(attempt)
         try:
             os.mkdir(directory, 0o700)
         except OSError:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            Path(directory).mkdir(parents=True, exist_ok=True, mode=0o700)
             for stream in ("stdout", "stderr"):
                 _regular_or_absent(self.log_path(attempt, stream))
         if resume_input is not NO_RESUME_INPUT:
-            write_json_atomic(self.resume_input_path(attempt), resume_input)
+            write_json_atomic(self.resume_input(attempt), resume_input)
         return directory
 
 
@@ -125,32 +151,51 @@ def attempt_record_dir(store_root: Path, run_id: str, attempt: int) -> Path:
     return record_dir(store_root, run_id, f"attempt-{attempt}")
 
 
-def prepare_record_dir(directory: Path) -> Path:
+def prepare_record_dir(directory: str | os.PathLike[str]) -> str:
     """Create a record directory (0700 all the way from `records/`); OSError
     if the path is not a plain directory (a symlink is refused: records are
-    never written through a link someone else placed)."""
-    root = directory.parent.parent
-    for path in (root, directory.parent, directory):
-        try:
-            path.mkdir(mode=0o700)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                raise NotADirectoryError(20, "not a directory", str(path)) from None
+    never written through a link someone else placed).
+
+    `records/` itself is looked at (lstat) rather than made again: it exists
+    but for a new store, and a mkdir that fails with EEXIST and its lstat
+    cost more, once per launch."""
+    directory = os.fspath(directory)
+    parent = os.path.dirname(directory)
+    root = os.path.dirname(parent)
+    try:
+        mode = os.lstat(root).st_mode
+    except FileNotFoundError:
+        _plain_directory(root)
+    else:
+        if not stat.S_ISDIR(mode):
+            raise NotADirectoryError(20, "not a directory", root)
+    _plain_directory(parent)
+    _plain_directory(directory)
     return directory
 
 
-def write_json_atomic(path: Path, document: Any) -> None:
+def _plain_directory(path: str) -> None:
+    """Make `path` (0700), or check that what is there is a directory."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise NotADirectoryError(20, "not a directory", path) from None
+
+
+def write_json_atomic(path: str | os.PathLike[str], document: Any) -> None:
     """Complete or absent, never torn (tmp + rename). No fsync: the database
     holds the frozen input as the authority, and an fsync per run would cost
     a burst of a thousand launches whole seconds."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    head, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(head, f".{name}.tmp")
     with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()  # whatever a job left there (a directory makes this fail)
+        os.unlink(tmp)  # whatever a job left there (a directory makes this fail)
     _write_json(tmp, document)
     os.replace(tmp, path)
 
 
-def _write_json(path: Path, document: Any) -> None:
+def _write_json(path: str, document: Any) -> None:
     """A new file (never through a symlink a job placed: O_EXCL | O_NOFOLLOW)."""
     data = json.dumps(document, ensure_ascii=False).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -206,7 +251,19 @@ def attempt_log_paths(runs_root: Path, run_id: str, attempt: int) -> tuple[str, 
 def log_tail(path: str | os.PathLike[str], limit: int = OUTPUT_TAIL_BYTES) -> bytes | None:
     """The last `limit` bytes of a log; None when it is absent or not a regular
     file (the job may have replaced it with a FIFO or a link: never followed,
-    never blocked on)."""
+    never blocked on).
+
+    An empty or absent log, the usual case for a job that writes its
+    results elsewhere, is answered from one lstat instead of an open, an
+    fstat, a read and a close: exit ingestion asks twice per run."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    if info.st_size == 0:
+        return b""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:

@@ -32,6 +32,7 @@ from wfsched.store.operator import OperatorQueries
 from wfsched.store.ownership import Ownership
 from wfsched.store.retention_queries import RetentionQueries
 from wfsched.store.rows import (
+    AttemptEnd,
     AttemptRow,
     OccurrenceRow,
     RequestRow,
@@ -607,6 +608,18 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         self._write(
             f"UPDATE attempts SET {assignments} WHERE run_seq = ? AND attempt = ?",
             (*fields.values(), run_seq, attempt),
+        )
+
+    def end_attempts(self, ends: Sequence[AttemptEnd]) -> None:
+        self._write_many(
+            "UPDATE attempts SET state = ?, finished_at = ?, exit_code = ?, reason = ?,"
+            " stdout_tail = ?, stderr_tail = ? WHERE run_seq = ? AND attempt = ?",
+            # state, finished_at, exit_code, reason, the tails; then the key
+            [(*end[2:8], end.run_seq, end.attempt) for end in ends],
+        )
+        self._write_many(
+            "UPDATE runs SET state = ?, reason = ?, exit_code = ?, finished_at = ? WHERE seq = ?",
+            [(e.state, e.reason, e.exit_code, e.run_finished_at, e.run_seq) for e in ends],
         )
 
     def attempts(self, run_seq: int) -> list[AttemptRow]:
