@@ -284,13 +284,15 @@ def test_cancel_terminates_the_group(launcher: Launcher, tmp_path: Path) -> None
         tmp_path, ("sh", "-c", f"echo $$ > pgid; sleep 30 & echo $! > child; {WAIT_FOR_GO}")
     )
     handle = launcher.spawn(spec)
-    wait_for(lambda: (tmp_path / "child").exists(), what="the job to start")
+    child = tmp_path / "child"
+    # Whole, not just created: `>` makes the file before echo writes it.
+    wait_for(lambda: child.exists() and child.read_text().endswith("\n"), what="the job to start")
 
     assert launcher.cancel(handle)
     record = wait_exit(spec)
     assert record.outcome == "cancelled"
     assert record.reason == "cancelled; process group terminated"
-    assert gone(int((tmp_path / "child").read_text()))
+    assert gone(int(child.read_text()))
     assert live_group_members(int((tmp_path / "pgid").read_text())) == []
     wait_for(lambda: not launcher.alive(handle), what="the run to end")
     assert not launcher.cancel(handle)
