@@ -19,7 +19,13 @@ import pytest
 from tests.fakes import Clock, FakeControl, write_exit_record
 from wfsched.api.admin import Admin
 from wfsched.api.run_ops import Runs
-from wfsched.daemon.supervisor import ABANDONED, STAMP_INTERVAL, LauncherHealth, Supervisor
+from wfsched.daemon.supervisor import (
+    ABANDONED,
+    AFTER_HELD_LAUNCH,
+    STAMP_INTERVAL,
+    LauncherHealth,
+    Supervisor,
+)
 from wfsched.daemon.wakeup import Waiter
 from wfsched.domain.config import SupervisorConfig
 from wfsched.domain.definition import parse_definition
@@ -1033,8 +1039,12 @@ class TestHeldAdmission:
             h.clock.advance(seconds)
 
         self.prewake_at(h, T0 - 0.02, sleep)
-        # While it slept: the directory written, nothing committed or spawned.
-        assert seen == [(pytest.approx(0.02), True, [], 0)]
+        # While it slept: the directory written, nothing committed or spawned;
+        # then, committed and spawned, it let the job start (AFTER_HELD_LAUNCH).
+        assert seen == [
+            (pytest.approx(0.02), True, [], 0),
+            (AFTER_HELD_LAUNCH, True, ["run-000001"], 1),
+        ]
         assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned] == ["a"]
         run = h.runs.show("run-000001")
         assert run["state"] == "running"
@@ -1065,7 +1075,7 @@ class TestHeldAdmission:
             h.clock.advance(seconds)
 
         self.prewake_at(h, T0 - 0.02, sleep)
-        assert seen == [(T0, [], [["run-000001"]])]
+        assert seen[0] == (T0, [], [["run-000001"]])
         ((spec, _),) = h.control.spawned
         assert spec is h.control.encoded[0][0]  # the very spec encoded ahead
         attempt = h.store.get_attempt(1, 1)
@@ -1130,6 +1140,7 @@ class TestHeldAdmission:
             h.clock.advance(seconds)
 
         self.prewake_at(h, T0 - 0.02, sleep)
-        assert spawned_while_asleep == [0]  # one hold, the first chunk's
+        # One hold, the first chunk's; no sleep after it: the burst goes on.
+        assert spawned_while_asleep == [0]
         assert len(h.control.spawned) == 10
         assert len(h.run_ids()) == 10
