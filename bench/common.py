@@ -493,6 +493,9 @@ class NullControl:
     def warm(self) -> None:
         pass
 
+    def encode_ahead(self, specs: Sequence[LaunchSpec]) -> None:
+        pass
+
     def drain_exits(self) -> list[int]:
         exited, self._exited = self._exited, []
         return exited

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class Clock:
 @dataclass
 class FakeControl:
     spawned: list[tuple[LaunchSpec, ShimHandle]] = field(default_factory=list)
+    encoded: list[list[LaunchSpec]] = field(default_factory=list)
+    """Each `encode_ahead` call's specs (a held chunk's, before its commit)."""
     cancelled: list[int] = field(default_factory=list)
     alive_pids: set[int] = field(default_factory=set)
     sessions: set[int] = field(default_factory=set)
@@ -64,6 +67,9 @@ class FakeControl:
 
     def warm(self) -> None:
         pass
+
+    def encode_ahead(self, specs: Sequence[LaunchSpec]) -> None:
+        self.encoded.append(list(specs))
 
     def probe_fork(self) -> None:
         pass

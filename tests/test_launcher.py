@@ -170,6 +170,29 @@ def test_exit_zero_writes_records_and_logs(launcher: Launcher, tmp_path: Path) -
     assert sorted(os.listdir(spec.record_dir)) == ["exit.json", "shim.json"]
 
 
+def test_a_spec_encoded_ahead_is_sent_as_encoded(
+    launcher: Launcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held admission encodes its spawn requests before its commit: the
+    spawn then sends that encoding (nothing of the spec is encoded again).
+    Only the very spec object is: another one is encoded as it is spawned."""
+    spec = make_spec(tmp_path, ("sh", "-c", "echo ahead"))
+    other = make_spec(tmp_path, ("sh", "-c", "echo other"), attempt=2)
+    launcher.encode_ahead([spec])
+
+    def no_encoding(spec: LaunchSpec) -> dict[str, object]:
+        raise AssertionError("encoded again")
+
+    monkeypatch.setattr("wfsched.process.launcher._spawn_wire", no_encoding)
+    launcher.spawn(spec)
+    assert wait_exit(spec).outcome == "exited" and log(spec, "stdout.log") == "ahead\n"
+    with pytest.raises(AssertionError, match="encoded again"):
+        launcher.spawn(spec)  # taken once: a second spawn encodes anew
+    monkeypatch.undo()
+    launcher.spawn(other)
+    assert wait_exit(other).outcome == "exited"
+
+
 def test_nonzero_exit(launcher: Launcher, tmp_path: Path) -> None:
     spec = make_spec(tmp_path, ("sh", "-c", "exit 3"), attempt=2)
     launcher.spawn(spec)

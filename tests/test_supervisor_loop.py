@@ -6,6 +6,7 @@ processes are faked. No sleeps: time moves when a test moves it.
 
 from __future__ import annotations
 
+import errno
 import json
 import select
 import time
@@ -18,10 +19,17 @@ import pytest
 from tests.fakes import Clock, FakeControl, write_exit_record
 from wfsched.api.admin import Admin
 from wfsched.api.run_ops import Runs
-from wfsched.daemon.supervisor import ABANDONED, STAMP_INTERVAL, LauncherHealth, Supervisor
+from wfsched.daemon.supervisor import (
+    ABANDONED,
+    AFTER_HELD_LAUNCH,
+    STAMP_INTERVAL,
+    LauncherHealth,
+    Supervisor,
+)
 from wfsched.daemon.wakeup import Waiter
 from wfsched.domain.config import SupervisorConfig
 from wfsched.domain.definition import parse_definition
+from wfsched.process.launcher import LaunchSpec, ShimHandle
 from wfsched.store import SQLiteStore, Store
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
@@ -1031,14 +1039,64 @@ class TestHeldAdmission:
             h.clock.advance(seconds)
 
         self.prewake_at(h, T0 - 0.02, sleep)
-        # While it slept: the directory written, nothing committed or spawned.
-        assert seen == [(pytest.approx(0.02), True, [], 0)]
+        # While it slept: the directory written, nothing committed or spawned;
+        # then, committed and spawned, it let the job start (AFTER_HELD_LAUNCH).
+        assert seen == [
+            (pytest.approx(0.02), True, [], 0),
+            (AFTER_HELD_LAUNCH, True, ["run-000001"], 1),
+        ]
         assert [spec.env["WFSCHED_SCHEDULE_ID"] for spec, _ in h.control.spawned] == ["a"]
         run = h.runs.show("run-000001")
         assert run["state"] == "running"
         attempt = h.store.get_attempt(1, 1)
         assert attempt is not None and attempt.started_at >= T0  # marked at the instant
         assert [state for _, state, _ in h.history("a")] == ["running"]
+
+    def test_only_the_commit_and_the_send_are_left_after_the_instant(self, tmp_path: Path) -> None:
+        """Before the hold's sleep the attempt is already marked (uncommitted,
+        with the instant as its time) and its launch spec built and handed
+        to the launcher to encode; the admission's log line waits for the
+        spawn's answer, and still comes before `started`."""
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0 - 5)
+        h.events.clear()
+        seen: list[tuple[float | None, list[str], list[list[str]]]] = []
+
+        def sleep(seconds: float) -> None:
+            attempt = h.store.get_attempt(1, 1)  # the supervisor's own, open transaction
+            seen.append(
+                (
+                    attempt.started_at if attempt else None,
+                    [event for event, _ in h.events],
+                    [[spec.run_id for spec in specs] for specs in h.control.encoded],
+                )
+            )
+            h.clock.advance(seconds)
+
+        self.prewake_at(h, T0 - 0.02, sleep)
+        assert seen[0] == (T0, [], [["run-000001"]])
+        ((spec, _),) = h.control.spawned
+        assert spec is h.control.encoded[0][0]  # the very spec encoded ahead
+        attempt = h.store.get_attempt(1, 1)
+        assert attempt is not None and attempt.started_at == T0
+        events = [event for event, _ in h.events]
+        assert events.index("admitted") < events.index("started")
+
+    def test_a_held_chunks_lines_are_written_when_its_spawn_fails(self, tmp_path: Path) -> None:
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0 - 5)
+        h.events.clear()
+
+        def spawn(spec: LaunchSpec) -> ShimHandle:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        h.control.spawn = spawn  # type: ignore[method-assign]
+        self.prewake_at(h, T0 - 0.02, h.clock.advance)
+        events = [event for event, _ in h.events]
+        assert "admitted" in events and "started" not in events
+        assert events.index("admitted") < min(events.index("fault"), events.index("failed"))
 
     def test_a_sleep_past_the_instants_second_rolls_back_and_the_next_tick_decides(
         self, tmp_path: Path
@@ -1082,6 +1140,7 @@ class TestHeldAdmission:
             h.clock.advance(seconds)
 
         self.prewake_at(h, T0 - 0.02, sleep)
-        assert spawned_while_asleep == [0]  # one hold, the first chunk's
+        # One hold, the first chunk's; no sleep after it: the burst goes on.
+        assert spawned_while_asleep == [0]
         assert len(h.control.spawned) == 10
         assert len(h.run_ids()) == 10

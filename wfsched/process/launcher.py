@@ -636,6 +636,7 @@ class ProcessControl(Protocol):
     def spawn(self, spec: LaunchSpec) -> ShimHandle: ...
     def fileno(self) -> int: ...
     def warm(self) -> None: ...
+    def encode_ahead(self, specs: Sequence[LaunchSpec]) -> None: ...
     def probe_fork(self) -> None: ...
     def drain_exits(self) -> list[int]: ...
     def alive(self, handle: ShimHandle) -> bool: ...
@@ -677,6 +678,7 @@ class Launcher:
         self._keeper_pid: int | None = None
         self._started: subprocess.Popen[bytes] | None = None
         self._partial = b""  # an event split across reads
+        self._ahead: dict[int, tuple[LaunchSpec, bytes]] = {}  # see encode_ahead
 
     @property
     def server_pid(self) -> int | None:
@@ -805,10 +807,14 @@ class Launcher:
     def _request(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One request and its reply; LauncherLost if the keeper is gone
         (whether it acted on the request is then unknown)."""
+        return self._request_framed(_frame(payload))
+
+    def _request_framed(self, frame: bytes) -> dict[str, Any]:
+        """`_request` of a request already framed."""
         if self._requests is None:
             raise LauncherError("the launcher is not started")
         try:
-            _send_message(self._requests.fileno(), payload)
+            _write_all(self._requests.fileno(), frame)
             reply = _read_message(self._requests.fileno())
         except OSError as exc:  # EPIPE, ECONNRESET: the keeper is gone
             raise LauncherLost(f"the run keeper is gone ({exc})") from exc
@@ -826,10 +832,31 @@ class Launcher:
         lock), CommandNotStarted if the command could not be started (its
         exit record says why), any other LauncherError: nothing was started.
         """
-        wire = _spawn_wire(spec)
+        frame = self._frame_of(spec)
         with self._lock:
-            data = self._request({"op": "spawn", "spec": wire})
+            data = self._request_framed(frame)
         return _spawn_answer(spec, data)
+
+    def encode_ahead(self, specs: Sequence[LaunchSpec]) -> None:
+        """Encode these specs' spawn requests now, for `spawn`/`spawn_many`
+        of the same spec objects to send as they are: a held admission
+        encodes its chunk's while it waits for the instant, so after its
+        commit only the send is left. Replaces what an earlier call left
+        (a held chunk rolled back never spawns). A spec that cannot be
+        encoded is left to `spawn`, which raises for it."""
+        ahead: dict[int, tuple[LaunchSpec, bytes]] = {}
+        for spec in specs:
+            with contextlib.suppress(LauncherError):
+                ahead[id(spec)] = (spec, _frame({"op": "spawn", "spec": _spawn_wire(spec)}))
+        self._ahead = ahead
+
+    def _frame_of(self, spec: LaunchSpec) -> bytes:
+        """The spawn request of `spec`: encoded ahead (the very object, so an
+        id reused by another spec never matches), else now."""
+        ahead = self._ahead.pop(id(spec), None)
+        if ahead is not None and ahead[0] is spec:
+            return ahead[1]
+        return _frame({"op": "spawn", "spec": _spawn_wire(spec)})
 
     def spawn_many(self, specs: Sequence[LaunchSpec]) -> list[ShimHandle | Exception | None]:
         """`spawn` of each spec, pipelined: up to `_SPAWN_WINDOW` requests
@@ -854,7 +881,7 @@ class Launcher:
                     while len(on_wire) < len(specs) and len(on_wire) - index < _SPAWN_WINDOW:
                         ahead = len(on_wire)
                         try:
-                            frame = _frame({"op": "spawn", "spec": _spawn_wire(specs[ahead])})
+                            frame = self._frame_of(specs[ahead])
                         except LauncherError as exc:
                             answers[ahead] = exc
                             on_wire.append(False)
