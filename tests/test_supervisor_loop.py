@@ -1052,22 +1052,23 @@ class TestHeldAdmission:
         assert attempt is not None and attempt.started_at >= T0  # marked at the instant
         assert [state for _, state, _ in h.history("a")] == ["running"]
 
-    def test_only_the_commit_and_the_send_are_left_after_the_instant(self, tmp_path: Path) -> None:
-        """Before the hold's sleep the attempt is already marked (uncommitted,
-        with the instant as its time) and its launch spec built and handed
-        to the launcher to encode; the admission's log line waits for the
-        spawn's answer, and still comes before `started`."""
+    def test_only_the_mark_the_commit_and_the_send_are_left_after_the_instant(
+        self, tmp_path: Path
+    ) -> None:
+        """Before the hold's sleep the launch spec is built and handed to
+        the launcher to encode, the attempt not yet marked; the mark takes
+        the clock's time after the sleep. The admission's log line waits for
+        the spawn's answer, and still comes before `started`."""
         h = Harness(tmp_path / "store")
         h.define("a", cron="0 * * * *")
         h.tick_at(T0 - 5)
         h.events.clear()
-        seen: list[tuple[float | None, list[str], list[list[str]]]] = []
+        seen: list[tuple[object, list[str], list[list[str]]]] = []
 
         def sleep(seconds: float) -> None:
-            attempt = h.store.get_attempt(1, 1)  # the supervisor's own, open transaction
             seen.append(
                 (
-                    attempt.started_at if attempt else None,
+                    h.store.get_attempt(1, 1),  # the supervisor's own, open transaction
                     [event for event, _ in h.events],
                     [[spec.run_id for spec in specs] for specs in h.control.encoded],
                 )
@@ -1075,13 +1076,26 @@ class TestHeldAdmission:
             h.clock.advance(seconds)
 
         self.prewake_at(h, T0 - 0.02, sleep)
-        assert seen[0] == (T0, [], [["run-000001"]])
+        assert seen[0] == (None, [], [["run-000001"]])
         ((spec, _),) = h.control.spawned
         assert spec is h.control.encoded[0][0]  # the very spec encoded ahead
         attempt = h.store.get_attempt(1, 1)
         assert attempt is not None and attempt.started_at == T0
         events = [event for event, _ in h.events]
         assert events.index("admitted") < events.index("started")
+
+    def test_a_hold_that_wakes_late_marks_the_time_it_woke(self, tmp_path: Path) -> None:
+        """A stall inside the instant's second still commits the held chunk,
+        and its lateness is in `started_at` (what the launch-latency metric
+        reads), never hidden behind the instant."""
+        h = Harness(tmp_path / "store")
+        h.define("a", cron="0 * * * *")
+        h.tick_at(T0 - 5)
+        self.prewake_at(h, T0 - 0.02, lambda seconds: h.clock.advance(seconds + 0.4))
+        assert len(h.control.spawned) == 1
+        attempt, run = h.store.get_attempt(1, 1), h.store.get_run(1)
+        assert attempt is not None and attempt.started_at == pytest.approx(T0 + 0.4, abs=0.01)
+        assert run is not None and run.started_at == pytest.approx(T0 + 0.4, abs=0.01)
 
     def test_a_held_chunks_lines_are_written_when_its_spawn_fails(self, tmp_path: Path) -> None:
         h = Harness(tmp_path / "store")

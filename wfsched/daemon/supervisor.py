@@ -1574,13 +1574,13 @@ class Supervisor:
         usual launch after the commit tries again and settles it (fails it
         closed, or opens a fault episode), exactly as before.
 
-        `held` (a pre-wake's first chunk, decided for that instant): all
-        that can be done before the commit is done before the hold
-        (`_hold`), so only the commit is left at the instant: the mark is
-        written with the instant as its time (it commits at the instant or
-        within its second, never before: `_hold`), and the launch specs are
-        built and handed to the launcher to encode (`encode_ahead`); they
-        are returned for `_start_marked`."""
+        `held` (a pre-wake's first chunk, decided for that instant): the
+        launch specs are built and handed to the launcher to encode
+        (`encode_ahead`) before the hold (`_hold`), and returned for
+        `_start_marked`; the mark is written after it, with the clock's time
+        then: a hold that woke late (up to the end of the instant's second)
+        must show that lateness in `started_at`, which the launch-latency
+        metric reads, rather than the instant."""
         prepared: list[Prepared] = []
         if runs and not self._launch_held():
             for run in runs:
@@ -1589,14 +1589,14 @@ class Supervisor:
         if prepared:
             self.fault("after-run-dir")
         specs: list[LaunchSpec] | None = None
-        if prepared:
-            # The run's host was set when it was inserted, by this supervisor.
-            started = self.clock() if held is None else float(held)
-            self.store.mark_attempts([(run.seq, 1, started, started) for run, *_ in prepared])
         if held is not None:
             if prepared:
                 specs = self._specs_ahead(prepared)
             self._hold(held)
+        if prepared:
+            # The run's host was set when it was inserted, by this supervisor.
+            started = self.clock()
+            self.store.mark_attempts([(run.seq, 1, started, started) for run, *_ in prepared])
         return prepared, specs
 
     def _specs_ahead(self, prepared: list[Prepared]) -> list[LaunchSpec] | None:
