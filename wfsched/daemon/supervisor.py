@@ -709,9 +709,9 @@ class Supervisor:
     def _hold(self, instant: int) -> None:
         """Inside the first admission chunk's transaction, decided for
         `instant` at the pre-wake, its run directories written and its
-        attempts marked (`_mark_with_admission`): wake the run keeper, then
-        sleep to the instant, so the transaction commits at or after it,
-        never before.
+        launch specs encoded (`_mark_with_admission`, which marks the
+        attempts after this returns): wake the run keeper, then sleep to the
+        instant, so the transaction commits at or after it, never before.
 
         Why: deciding the chunk and writing its directories cost 1-4 ms
         (more under load) that the instant's own tick spent before its
