@@ -1265,7 +1265,7 @@ def test_the_keeper_starts_nothing_a_client_that_hung_up_left_unread(
     failed run."""
     import socket as socket_module
 
-    from wfsched.process.launcher import _frame, _spawn_wire
+    from wfsched.process.launcher import _frame, _spawn_frame
 
     keeper = launcher.server_pid
     assert keeper is not None
@@ -1279,7 +1279,7 @@ def test_the_keeper_starts_nothing_a_client_that_hung_up_left_unread(
     os.kill(keeper, signal.SIGSTOP)
     try:
         for spec in specs:
-            client.sendall(_frame({"op": "spawn", "spec": _spawn_wire(spec)}))
+            client.sendall(_spawn_frame(spec))
         client.close()
     finally:
         os.kill(keeper, signal.SIGCONT)

@@ -549,13 +549,14 @@ def _read_message(fd: int) -> bytes | None:
     return _read_exact(fd, _HEADER.unpack(header)[0])
 
 
-def _send_message(fd: int, payload: dict[str, Any]) -> None:
+def _frame(payload: dict[str, Any]) -> bytes:
     body = _to_json(payload).encode()
-    _write_all(fd, _HEADER.pack(len(body)) + body)
+    return _HEADER.pack(len(body)) + body
 
 
-# --------------------------------------------------------------------------
-# The supervisor's side.
+def _send_message(fd: int, payload: dict[str, Any]) -> None:
+    _write_all(fd, _frame(payload))
+
 
 # --------------------------------------------------------------------------
 # The supervisor's side: a client of the run keeper (wfsched.process.keeper).
@@ -567,9 +568,9 @@ the keeper busy, few enough that its replies never fill our socket buffer
 while we still write requests (the keeper writes its replies blocking)."""
 
 
-def _frame(payload: dict[str, Any]) -> bytes:
-    body = _to_json(payload).encode()
-    return _HEADER.pack(len(body)) + body
+def _spawn_frame(spec: LaunchSpec) -> bytes:
+    """The spawn request of `spec`, framed for the wire."""
+    return _frame({"op": "spawn", "spec": _spawn_wire(spec)})
 
 
 def _spawn_wire(spec: LaunchSpec) -> dict[str, Any]:
@@ -847,7 +848,7 @@ class Launcher:
         ahead: dict[int, tuple[LaunchSpec, bytes]] = {}
         for spec in specs:
             with contextlib.suppress(LauncherError):
-                ahead[id(spec)] = (spec, _frame({"op": "spawn", "spec": _spawn_wire(spec)}))
+                ahead[id(spec)] = (spec, _spawn_frame(spec))
         self._ahead = ahead
 
     def _frame_of(self, spec: LaunchSpec) -> bytes:
@@ -856,7 +857,7 @@ class Launcher:
         ahead = self._ahead.pop(id(spec), None)
         if ahead is not None and ahead[0] is spec:
             return ahead[1]
-        return _frame({"op": "spawn", "spec": _spawn_wire(spec)})
+        return _spawn_frame(spec)
 
     def spawn_many(self, specs: Sequence[LaunchSpec]) -> list[ShimHandle | Exception | None]:
         """`spawn` of each spec, pipelined: up to `_SPAWN_WINDOW` requests
