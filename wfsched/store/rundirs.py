@@ -45,14 +45,6 @@ class RunDir:
     def path(self) -> Path:
         return Path(self.dir)
 
-    @property
-    def input_path(self) -> Path:
-        return Path(self.input)
-
-    @property
-    def state_dir(self) -> Path:
-        return Path(self.state)
-
     def attempt(self, attempt: int) -> str:
         """The attempt's directory (`attempt_dir`, as a string)."""
         return os.path.join(self.dir, f"attempt-{attempt}")
@@ -65,9 +57,6 @@ class RunDir:
 
     def log_path(self, attempt: int, stream: str) -> Path:
         return self.attempt_dir(attempt) / f"{stream}.log"
-
-    def resume_input_path(self, attempt: int) -> Path:
-        return Path(self.resume_input(attempt))
 
     def prepare(self, input_document: Any) -> None:
         """Create the run directory with its input; idempotent, so a launch

@@ -614,8 +614,19 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         self._write_many(
             "UPDATE attempts SET state = ?, finished_at = ?, exit_code = ?, reason = ?,"
             " stdout_tail = ?, stderr_tail = ? WHERE run_seq = ? AND attempt = ?",
-            # state, finished_at, exit_code, reason, the tails; then the key
-            [(*end[2:8], end.run_seq, end.attempt) for end in ends],
+            [
+                (
+                    e.state,
+                    e.finished_at,
+                    e.exit_code,
+                    e.reason,
+                    e.stdout_tail,
+                    e.stderr_tail,
+                    e.run_seq,
+                    e.attempt,
+                )
+                for e in ends
+            ],
         )
         self._write_many(
             "UPDATE runs SET state = ?, reason = ?, exit_code = ?, finished_at = ? WHERE seq = ?",
