@@ -801,6 +801,26 @@ def test_the_keeper_imports_nothing_heavy() -> None:
     assert heavy.isdisjoint(out)
 
 
+def test_the_keeper_loads_its_hash_before_the_first_launch_and_never_openssl(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A launch's started record carries a BLAKE2 fingerprint. Loaded
+    through hashlib on the first launch, OpenSSL's libcrypto cost that
+    launch 4-5 ms and the keeper 3.4 MB for as long as it lived."""
+    server = launcher.server_pid
+    assert server is not None
+
+    def mapped() -> str:
+        return Path(f"/proc/{server}/maps").read_text()
+
+    assert "_blake2" in mapped()
+    env = {"PATH": PATH, "WFSCHED_RUN_DIR": str(tmp_path / "runs" / "run-000001")}
+    spec = make_spec(tmp_path, ("true",), env={**env, "WFSCHED_ATTEMPT": "1"})
+    launcher.spawn(spec)
+    assert wait_exit(spec).outcome == "exited"
+    assert "libcrypto" not in mapped()
+
+
 def test_keeper_outlives_terminal_and_stop_signals(launcher: Launcher, tmp_path: Path) -> None:
     # Ctrl-C or systemd's SIGTERM may reach it; the keeper keeps serving
     # (and recording exits).

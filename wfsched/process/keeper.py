@@ -77,6 +77,7 @@ from wfsched.process.launcher import (
     _why,
     _write_all,
     _write_exit_records,
+    blake2b,
     exit_outcome,
     launch_fingerprint,
     process_start_time,
@@ -177,6 +178,7 @@ class Keeper:
         self.shutting_down = False
         self.idle_since = time.monotonic()
         self._unstarted = 0
+        blake2b()  # loaded now, not by the first launch (`launch_fingerprint`)
         self._prepare_process()
         self.lock_fd = self._take_keeper_lock()
         # The directory stays open: a long path is bound through it, and the
