@@ -3,6 +3,7 @@ and what operators see when the database is not what wfsched wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -14,6 +15,7 @@ from tests.daemon import wfsched
 from wfsched.errors import StoreError
 from wfsched.store import SQLiteStore
 from wfsched.store.migrations import LATEST_VERSION
+from wfsched.store.sqlite import CHECKPOINT_CHANGES
 
 DEFINITION = 'id = "a"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["true"]\n'
 
@@ -420,3 +422,46 @@ def test_a_frozen_invocation_is_written_as_the_text_it_is_read_back_from() -> No
     assert Invocation.from_json(text) == frozen
     row = RunRow(1, "s", "scheduled", 0, "admitted", None, None, 1, text, 0.0, None, None, 0)
     assert row.parsed_as(frozen).frozen is frozen
+
+
+def _in_the_database_file(root: Path, key: str) -> str | None:
+    """`meta[key]` as the database file alone holds it: what checkpoints
+    have folded into it, without the write-ahead log."""
+    copy = root.parent / "file-only.db"
+    copy.write_bytes((root / "wfsched.db").read_bytes())
+    db = sqlite3.connect(copy)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    finally:
+        db.close()
+        copy.unlink()
+    return row[0] if row else None
+
+
+def test_a_connection_that_defers_checkpoints_folds_the_log_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    """The supervisor's commits must never checkpoint (SQLite does it inside
+    the commit that takes the log past 1,000 pages: the admission's, on the
+    way to a job's start); it asks at quiet moments instead."""
+    store = SQLiteStore(tmp_path / "s")
+    with contextlib.closing(sqlite3.connect(tmp_path / "s" / "wfsched.db")) as db:
+        db.execute("PRAGMA wal_checkpoint")  # the schema into the file
+    store.defer_checkpoints()
+    for number in range(CHECKPOINT_CHANGES - 1):
+        store.touch_meta(probe=str(number))
+    assert not store.checkpoint()  # not enough written yet
+    for number in range(CHECKPOINT_CHANGES, 1500):  # past 1,000 pages: one commit each
+        store.touch_meta(probe=str(number))
+    assert _in_the_database_file(tmp_path / "s", "probe") is None
+    assert not store.checkpoint(quiet=False)  # busy: only at ten times as much
+    assert store.checkpoint()
+    assert _in_the_database_file(tmp_path / "s", "probe") == "1499"
+    assert not store.checkpoint()
+    store.reconnect()  # a new connection defers as well
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    store.close()
+    other = SQLiteStore(tmp_path / "s")  # any other connection keeps SQLite's own
+    assert other._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    assert not other.checkpoint()
+    other.close()

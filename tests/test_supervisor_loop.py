@@ -6,9 +6,11 @@ processes are faked. No sleeps: time moves when a test moves it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import select
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -22,6 +24,7 @@ from wfsched.api.run_ops import Runs
 from wfsched.daemon.supervisor import (
     ABANDONED,
     AFTER_HELD_LAUNCH,
+    CHECKPOINT_QUIET,
     STAMP_INTERVAL,
     LauncherHealth,
     Supervisor,
@@ -31,6 +34,7 @@ from wfsched.domain.config import SupervisorConfig
 from wfsched.domain.definition import parse_definition
 from wfsched.process.launcher import LaunchSpec, ShimHandle
 from wfsched.store import SQLiteStore, Store
+from wfsched.store.sqlite import CHECKPOINT_CHANGES
 
 T0 = int(datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp())
 MINUTE = 60
@@ -1158,3 +1162,34 @@ class TestHeldAdmission:
         assert spawned_while_asleep == [0]
         assert len(h.control.spawned) == 10
         assert len(h.run_ids()) == 10
+
+
+def test_the_supervisor_checkpoints_only_when_its_sleep_leaves_time(tmp_path: Path) -> None:
+    """Its commits never fold the log into the database (one inside the
+    admission's commit delayed that launch); it does so while it waits for
+    an instant far enough away, or regardless once the log is ten times
+    as long (never idle)."""
+    h = Harness(tmp_path / "store", max_concurrent_runs=CHECKPOINT_CHANGES)
+    assert h.store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    for number in range(CHECKPOINT_CHANGES // 4):
+        h.define(f"s{number:03d}")
+    h.tick_at(T0)
+    for _ in range(CHECKPOINT_CHANGES // 4):  # a burst is admitted over ticks
+        if len(h.run_ids()) == CHECKPOINT_CHANGES // 4:
+            break
+        h.supervisor.tick()
+
+    def runs_in_the_database_file() -> int:
+        copy = tmp_path / "file-only.db"
+        copy.write_bytes((tmp_path / "store" / "wfsched.db").read_bytes())
+        with contextlib.closing(sqlite3.connect(copy)) as db:
+            try:
+                return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
+            except sqlite3.OperationalError:  # not even the schema yet
+                return 0
+
+    assert len(h.run_ids()) == CHECKPOINT_CHANGES // 4
+    h.supervisor._checkpoint(CHECKPOINT_QUIET / 2)  # an instant is near
+    assert runs_in_the_database_file() == 0
+    h.supervisor._checkpoint(CHECKPOINT_QUIET)
+    assert runs_in_the_database_file() == CHECKPOINT_CHANGES // 4

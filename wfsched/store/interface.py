@@ -296,6 +296,17 @@ class Store(Protocol):
         """A bookkeeping write (the liveness stamp) committed without an fsync."""
         ...
 
+    def defer_checkpoints(self) -> None:
+        """This connection's commits stop folding the write-ahead log into
+        the database (SQLite; nothing on a server): the caller runs
+        `checkpoint()` at quiet moments instead."""
+        ...
+
+    def checkpoint(self, quiet: bool = True) -> bool:
+        """Fold the log once enough was written since the last time (more
+        when not `quiet`); whether it ran."""
+        ...
+
     def changes(self) -> int | None:
         """Changes whenever another connection commits; None if unknown."""
         ...

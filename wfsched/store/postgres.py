@@ -428,6 +428,13 @@ class PostgresStore(SQLiteStore):
         tick reads its work from the store."""
         return None
 
+    def defer_checkpoints(self) -> None:
+        """Nothing to defer: the server checkpoints, apart from any commit."""
+
+    def checkpoint(self, quiet: bool = True) -> bool:
+        """The server's own business (see `defer_checkpoints`)."""
+        return False
+
     def watch_commits(self) -> None:
         """None: another host's commits leave no trace on this one."""
         return None
