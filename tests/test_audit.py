@@ -389,20 +389,22 @@ def test_each_corruption_is_named_exactly(run_cli: CliRun, copy: Path, name: str
     assert {v["check"] for v in report["violations"]} <= set(CHECKS)
 
 
-@pytest.mark.parametrize("started", [False, True])
+@pytest.mark.parametrize("lock", ["absent", "empty", "started"])
 def test_a_run_directory_prepared_for_an_admission_not_committed_is_a_note(
-    run_cli: CliRun, copy: Path, started: bool
+    run_cli: CliRun, copy: Path, lock: str
 ) -> None:
     """A scheduled run's directories are made inside its admission's
     transaction: an audit can see them before the row commits, and a crash
     can roll the row back. Never launched (no started record under
-    records/), such a directory is a note and the audit passes; one whose
-    attempt started has lost its row, a violation."""
+    records/; an empty launch lock is none: a run keeper that prepared the
+    held spawn and died left it), such a directory is a note and the audit
+    passes; one whose attempt started has lost its row, a violation."""
     (copy / "runs" / "run-000999" / "attempt-1").mkdir(parents=True)
     records = copy / "records" / "run-000999" / "attempt-1"
     records.mkdir(parents=True)
-    if started:
-        (records / STARTED_RECORD).write_text('{"pid": 1, "start_time": 1}')
+    started = lock == "started"
+    if lock != "absent":
+        (records / STARTED_RECORD).write_text('{"pid": 1, "start_time": 1}' if started else "")
     code, out, _ = run_cli("--store", str(copy), "audit", "--json")
     report = json.loads(out)
     if started:
