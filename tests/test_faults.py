@@ -536,6 +536,90 @@ def test_kill_or_error_while_the_admission_waits_for_its_instant(tmp_path: Path,
     assert_store_invariants(store)
 
 
+def define_held_one_shot(store: StoreName, tmp_path: Path, ledger: Path) -> None:
+    """A one-shot 4 s ahead: the pre-wake holds its admission (and prepares
+    its spawn in the run keeper) before the instant."""
+    define(
+        store,
+        tmp_path,
+        "job",
+        f'[trigger]\nat = "{utc_ago(-4)}"\n[run]\n'
+        f'command = ["sh", "-c", "echo $WFSCHED_RUN_ID $WFSCHED_ATTEMPT >> {ledger}"]\n'
+        '[policy]\nmisfire = "latest"\nlateness = "1h"\n',
+    )
+
+
+def test_a_supervisor_killed_between_prepare_and_commit_leaves_nothing_launched(
+    tmp_path: Path,
+) -> None:
+    """The held admission's spawn is prepared in the run keeper before the
+    hold (its launch lock and logs created, nothing locked, written or
+    started); the supervisor dies before its commit. The keeper drops the
+    preparation when it sees the hang-up and removes what it created, so
+    the attempt's directories (on SQLite the next admission reuses them)
+    read as never launched, and the restart runs the instant once."""
+    from wfsched.process.launcher import launch_locked
+    from wfsched.store.rundirs import never_launched
+
+    store, ledger = tmp_path / "store", tmp_path / "ledger"
+    define_held_one_shot(store, tmp_path, ledger)
+    daemon = Daemon(store, env={"WFSCHED_FAULT": "admission-held:stop"})
+    lock = store / "records" / "run-000001" / "attempt-1" / "shim.json"
+    logs = [
+        runs_root(store) / "run-000001" / "attempt-1" / name
+        for name in ("stdout.log", "stderr.log")
+    ]
+    try:
+        wait_for(lambda: lock.exists(), what="the prepared spawn's launch lock")
+        assert all(path.exists() for path in logs)
+        assert lock.stat().st_size == 0 and not launch_locked(str(lock.parent))
+    finally:
+        daemon.kill()
+    assert daemon.wait_exit() == -9, daemon.text()
+    assert crashed_state(store) == []
+    wait_for(
+        lambda: not any(path.exists() for path in [lock, *logs]),
+        what="the keeper to drop the preparation and remove its files",
+    )
+    assert never_launched(store, ["run-000001"]) == {"run-000001"}
+    assert not ledger.exists()
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        wait_for(lambda: [r for r in runs(store) if r["state"] in FINAL], what="a final run")
+        wait_for(lambda: ledger.exists(), what="the job's line")
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    [run] = runs(store)
+    assert run["state"] == "completed", run
+    assert ledger.read_text().split() == ["run-000001", "1"]
+    assert_store_invariants(store)
+
+
+def test_a_keeper_killed_between_prepare_and_go_launches_the_attempt_once(
+    tmp_path: Path,
+) -> None:
+    """The keeper dies right after preparing the held spawn: the supervisor
+    commits (nothing was started), its `go` finds the keeper gone
+    (`launcher-lost`), and the attempt, with a free, empty launch lock and
+    no records, is launched once on a new keeper."""
+    store, ledger = tmp_path / "store", tmp_path / "ledger"
+    define_held_one_shot(store, tmp_path, ledger)
+    daemon = Daemon(store, env={"WFSCHED_FAULT": "keeper-after-prepare"})
+    try:
+        daemon.wait_started()
+        wait_for(lambda: [r for r in runs(store) if r["state"] in FINAL], what="a final run")
+        assert daemon.proc.poll() is None, daemon.text()
+    finally:
+        assert daemon.stop() == 0, daemon.text()
+    text = daemon.text()
+    assert "launcher-lost" in text and "launch-retried" in text, text
+    [run] = runs(store)
+    assert run["state"] == "completed", run
+    assert ledger.read_text().split() == ["run-000001", "1"]
+    assert_store_invariants(store)
+
+
 # -- the run keeper killed ----------------------------------------------------------------
 
 # Where the keeper dies, what the one run becomes: (state, how many times the

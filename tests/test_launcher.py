@@ -1309,3 +1309,111 @@ def test_the_keeper_starts_nothing_a_client_that_hung_up_left_unread(
     )
     assert [read_shim_record(spec.record_dir) for spec in specs] == [None] * 3
     assert not any(_ran(tmp_path / f"r{index}") for index in range(3))
+
+
+# -- spawns prepared ahead of their commit ----------------------------------------------
+
+
+def _prepared_files(spec: LaunchSpec) -> list[str]:
+    """What the keeper opens for a prepared spawn (`Keeper._prepare`)."""
+    return [
+        os.path.join(spec.record_dir, "shim.json"),
+        spec.stdin_path,
+        os.path.join(spec.attempt_dir, "stdout.log"),
+        os.path.join(spec.attempt_dir, "stderr.log"),
+    ]
+
+
+def test_a_prepared_spawn_starts_nothing_until_its_go(launcher: Launcher, tmp_path: Path) -> None:
+    """A held admission's spawn requests reach the keeper before its commit
+    (`encode_ahead`): the keeper opens their files then, and takes no lock,
+    writes no started record and starts nothing; only the `go` sent by
+    `spawn` after the commit does, pipelined ones too."""
+    specs = _specs(tmp_path, 3, ("sh", "-c", "echo $$ >> ran"))
+    keeper = launcher.server_pid
+    assert keeper is not None
+    launcher.encode_ahead(specs)
+    launcher.warm()  # any other request starts nothing
+    assert set(_prepared_files(specs[0]) + _prepared_files(specs[1])) <= set(open_paths(keeper))
+    for spec in specs:
+        assert not launch_locked(spec.record_dir)
+        assert read_shim_record(spec.record_dir) is None
+        assert Path(spec.record_dir, "shim.json").stat().st_size == 0
+    assert launcher.list_live() == []
+    assert not any(_ran(tmp_path / f"r{index}") for index in range(3))
+    launcher.spawn(specs[0])
+    answers = launcher.spawn_many(specs[1:])
+    assert all(isinstance(answer, ShimHandle) for answer in answers), answers
+    for index, spec in enumerate(specs):
+        assert wait_exit(spec).outcome == "exited"
+        assert len(_ran(tmp_path / f"r{index}")) == 1
+    wait_for(  # the launch lock is closed once the exit record is on disk
+        lambda: not set(_prepared_files(specs[0])) & set(open_paths(keeper)),
+        what="the keeper to close the files of the ended command",
+    )
+
+
+def test_a_client_that_hangs_up_leaves_nothing_of_its_prepared_spawns(tmp_path: Path) -> None:
+    """A supervisor killed between its prepare and its commit: the keeper
+    drops its prepared spawns and removes the files it created for them, so
+    the attempt (on SQLite the next admission reuses its directories) looks
+    exactly as if never launched; launched later it runs once."""
+    spec = make_spec(tmp_path, ("sh", "-c", "echo $$ >> ran"))
+    lock = Path(spec.record_dir, "shim.json")
+    with Launcher(tmp_path / "keeper") as second:  # keeps the keeper from its idle exit
+        keeper = second.server_pid
+        assert keeper is not None
+        first = Launcher(tmp_path / "keeper")
+        first.start()
+        first.encode_ahead([spec])
+        assert lock.exists() and Path(spec.attempt_dir, "stdout.log").exists()
+        first.stop()
+        wait_for(
+            lambda: (
+                os.listdir(spec.record_dir) == os.listdir(spec.attempt_dir) == []
+                and not set(_prepared_files(spec)) & set(open_paths(keeper))
+            ),
+            what="the keeper to drop the prepared spawn and remove its files",
+        )
+        assert not _ran(tmp_path)
+        second.spawn(spec)
+        assert wait_exit(spec).outcome == "exited"
+    assert len(_ran(tmp_path)) == 1
+
+
+def test_an_attempt_launched_again_after_a_rolled_back_preparation_keeps_its_files(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A held chunk prepared, then rolled back (its `go` never sent), and the
+    same attempt admitted again and launched whole (SQLite reuses the seq,
+    so the same directories): the stale preparation is dropped before that
+    launch, so dropping it later can never remove the files, launch lock
+    included, of the attempt that runs."""
+    spec = make_spec(tmp_path, ("sh", "-c", f"echo out; {WAIT_FOR_GO}"))
+    launcher.encode_ahead([spec])
+    again = dataclasses.replace(spec)  # another object: its request is sent whole
+    handle = launcher.spawn(again)
+    later = make_spec(tmp_path, ("sh", "-c", "echo later"), attempt=2)
+    launcher.encode_ahead([later])  # this client's next preparation drops the stale one
+    assert read_shim_record(spec.record_dir) == handle
+    assert launch_locked(spec.record_dir)
+    (tmp_path / "go").touch()
+    assert wait_exit(spec).outcome == "exited"
+    assert log(spec, "stdout.log") == "out\n"
+    launcher.spawn(later)
+    assert wait_exit(later).outcome == "exited" and log(later, "stdout.log") == "later\n"
+
+
+def test_a_go_whose_preparation_is_gone_is_sent_whole(tmp_path: Path) -> None:
+    """The keeper no longer has the preparation a `go` names (another client
+    prepared or launched the same attempt, it expired, or the keeper is of
+    an earlier release and never had it): nothing starts for the `go`, and
+    the launcher sends the whole request, which launches once."""
+    spec = make_spec(tmp_path, ("sh", "-c", "echo $$ >> ran"))
+    with Launcher(tmp_path / "keeper") as first, Launcher(tmp_path / "keeper") as second:
+        first.encode_ahead([spec])
+        second.encode_ahead([dataclasses.replace(spec)])  # drops the first's
+        handle = first.spawn(spec)
+        assert wait_exit(spec).outcome == "exited"
+        assert read_shim_record(spec.record_dir) == handle
+    assert len(_ran(tmp_path)) == 1
