@@ -9,21 +9,12 @@ instruction", including the exec of `date` itself).
     python bench/bench_spawn.py --burst 1000
     python bench/bench_spawn.py --bare     # without the supervisor's modules loaded
     python bench/bench_spawn.py --pipeline-pairs 7 --pipeline-count 200
-    python bench/bench_spawn.py --prepare-pairs 200
 
 `--pipeline-pairs N` instead compares, on one keeper, N alternating pairs of
 back-to-back spawns one request at a time (`spawn()`, each reply awaited)
 and pipelined in chunks of 64 (`spawn_many()`, as the supervisor launches a
 burst chunk): medians of the last job's start after the first request and
 of CPU per launch of the caller and the keeper.
-
-`--prepare-pairs N` compares, on one keeper, N alternating pairs of paced
-launches after the request was encoded 20 ms ahead: sent whole (as a
-held admission did before the keeper prepared spawns) and as a `go` of a
-spawn the keeper prepared then (`Launcher.encode_ahead`); both after a
-`warm` round trip, as the hold makes one. Medians, from the request: the
-keeper's `started_at` ("launch begins"), spawn() returned, the job's first
-instruction.
 
 By default this process first imports what `wfsched supervise` imports (the
 CLI, the supervisor, the store), so it is as big as a real supervisor (about
@@ -58,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from wfsched.process.launcher import Launcher, LaunchSpec, _spawn_frame, read_exit_record
+from wfsched.process.launcher import Launcher, LaunchSpec, read_exit_record
 
 # What a per-run interpreter shim would minimally do: import the launcher and
 # run the command with its logs redirected.
@@ -319,52 +310,6 @@ def pipeline_pairs(pairs: int, count: int, chunk: int = 64) -> None:
     print(f"last start, pipelined / serial: {ratio:.2f}")
 
 
-def prepare_pairs(pairs: int) -> None:
-    results: dict[str, list[tuple[float, ...]]] = {"whole": [], "prepared": []}
-    with tempfile.TemporaryDirectory(prefix="wfsched-bench-") as tmp, Launcher() as launcher:
-        root = Path(tmp)
-        stdin = str(root / "input.json")
-        Path(stdin).write_text("{}\n")
-        print(_load_note())
-        first = _spec(root, "first", stdin)  # the keeper's first spawn pays one-off costs
-        launcher.spawn(first)
-        _wait_exit(first.attempt_dir, time.monotonic() + 10)
-        for pair in range(pairs):
-            for side in ("whole", "prepared") if pair % 2 else ("prepared", "whole"):
-                spec = _spec(root, f"{side}-{pair}", stdin)
-                if side == "prepared":
-                    launcher.encode_ahead([spec])
-                else:  # encoded ahead, not prepared: what encode_ahead did before
-                    launcher._ahead = {id(spec): (spec, _spawn_frame(spec), None)}
-                launcher.warm()
-                time.sleep(0.02)  # the hold's sleep to the instant
-                requested = time.time()
-                launcher.spawn(spec)
-                returned = time.time()
-                deadline = time.monotonic() + 10
-                first_instruction = _started(spec.attempt_dir, deadline)
-                _wait_exit(spec.attempt_dir, deadline)
-                record = read_exit_record(spec.record_dir)
-                assert record is not None
-                results[side].append(
-                    (
-                        record.started_at - requested,
-                        returned - requested,
-                        first_instruction - requested,
-                    )
-                )
-                launcher.drain_exits()
-        print(_load_note())
-    for side, rows in results.items():
-        begins, returned, first = (
-            statistics.median(column) * 1e3 for column in zip(*rows, strict=True)
-        )
-        print(
-            f"{side:<9} launch begins {begins:.3f} ms   spawn() returned {returned:.3f} ms"
-            f"   first instruction {first:.3f} ms   (medians of {len(rows)})"
-        )
-
-
 def _summary(name: str, values: list[float]) -> str:
     ms = sorted(v * 1000 for v in values)
     p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
@@ -384,11 +329,7 @@ def main() -> None:
     )
     parser.add_argument("--pipeline-pairs", type=int, default=0, help="serial vs pipelined")
     parser.add_argument("--pipeline-count", type=int, default=200, help="spawns per side")
-    parser.add_argument("--prepare-pairs", type=int, default=0, help="whole vs prepared")
     args = parser.parse_args()
-    if args.prepare_pairs:
-        prepare_pairs(args.prepare_pairs)
-        return
     if args.pipeline_pairs:
         pipeline_pairs(args.pipeline_pairs, args.pipeline_count)
         return

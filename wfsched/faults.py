@@ -38,11 +38,9 @@ POINTS = (
     "before-resume-mark",
     "after-resume-mark",
     "before-notify",
-    # In the run keeper: after a held admission's spawns are prepared (before
-    # their `go`), around the started record and the spawn of a command,
-    # after the reply, and around a batch of exit records (before it, after
-    # each record's rename, after the whole batch is on disk).
-    "keeper-after-prepare",
+    # In the run keeper: around the started record and the spawn of a
+    # command, after the reply, and around a batch of exit records (before
+    # it, after each record's rename, after the whole batch is on disk).
     "keeper-before-started",
     "keeper-after-started",
     "keeper-after-fork",

@@ -706,14 +706,12 @@ class Supervisor:
             # the next tick reads everything anyway.
             self._commits.drain()
 
-    def _hold(self, instant: int, woken: bool = False) -> None:
+    def _hold(self, instant: int) -> None:
         """Inside the first admission chunk's transaction, decided for
         `instant` at the pre-wake, its run directories written and its
-        launch specs encoded and prepared by the run keeper
-        (`_mark_with_admission`, which marks the attempts after this
-        returns): wake the run keeper (unless `woken`: that preparation was
-        a round trip), then sleep to the instant, so the transaction commits
-        at or after it, never before.
+        launch specs encoded (`_mark_with_admission`, which marks the
+        attempts after this returns): wake the run keeper, then sleep to the
+        instant, so the transaction commits at or after it, never before.
 
         Why: deciding the chunk and writing its directories cost 1-4 ms
         (more under load) that the instant's own tick spent before its
@@ -725,8 +723,7 @@ class Supervisor:
         step) or too far ahead of it (the clock went back) rolls the chunk
         back (`_Unheld`), and the next tick decides it as any tick would."""
         self.fault("admission-held")
-        if not woken:
-            self.control.warm()
+        self.control.warm()
         while (left := instant - self.clock()) > 0:
             if left > HOLD_LIMIT:
                 raise _Unheld(f"{left:.3f}s before its instant")
@@ -1578,12 +1575,12 @@ class Supervisor:
         closed, or opens a fault episode), exactly as before.
 
         `held` (a pre-wake's first chunk, decided for that instant): the
-        launch specs are built and handed to the launcher to encode and
-        have the keeper prepare (`encode_ahead`) before the hold (`_hold`),
-        and returned for `_start_marked`; the mark is written after it, with
-        the clock's time then: a hold that woke late (up to the end of the
-        instant's second) must show that lateness in `started_at`, which the
-        launch-latency metric reads, rather than the instant."""
+        launch specs are built and handed to the launcher to encode
+        (`encode_ahead`) before the hold (`_hold`), and returned for
+        `_start_marked`; the mark is written after it, with the clock's time
+        then: a hold that woke late (up to the end of the instant's second)
+        must show that lateness in `started_at`, which the launch-latency
+        metric reads, rather than the instant."""
         prepared: list[Prepared] = []
         if runs and not self._launch_held():
             for run in runs:
@@ -1595,7 +1592,7 @@ class Supervisor:
         if held is not None:
             if prepared:
                 specs = self._specs_ahead(prepared)
-            self._hold(held, woken=specs is not None)
+            self._hold(held)
         if prepared:
             # The run's host was set when it was inserted, by this supervisor.
             started = self.clock()
@@ -1803,9 +1800,8 @@ class Supervisor:
     def _pipelined(self, specs: list[LaunchSpec]) -> list[ShimHandle | Exception | None]:
         """The keeper's answers to a chunk's spawn requests, sent pipelined
         (`Launcher.spawn_many`); None where the request is to be made again
-        one by one: a control without pipelining, no launcher, a lost
-        connection (the launch lock refuses an attempt that did start), or a
-        preparation the keeper no longer had (nothing started)."""
+        one by one: a control without pipelining, no launcher, or a lost
+        connection (the launch lock refuses an attempt that did start)."""
         spawn_many = getattr(self.control, "spawn_many", None)
         if spawn_many is None or len(specs) < 2 or not self.launcher.up:
             return [None] * len(specs)

@@ -20,9 +20,7 @@ held for life) keeps it alone per directory.
 Protocol: length-prefixed JSON messages (`launcher._send_message`), one
 reply per request, in order, on a connection: `hello` (optionally
 subscribing the connection to exit events, `{"exited": [pid, ...]}`, sent
-once each attempt's exit record is on disk), `spawn`, `prepare` and `go`
-(a spawn in two steps, its files opened before the attempt's mark commits
-and the command started after: `Keeper._prepare`), `cancel`, `signal`,
+once each attempt's exit record is on disk), `spawn`, `cancel`, `signal`,
 `list`, `held` (does it still hold an attempt, by record directory),
 `warm` (a no-op: the round trip wakes the keeper before a due instant),
 `probe` (a throwaway fork: can it fork now?) and `shutdown` (take
@@ -31,8 +29,7 @@ another uid are refused.
 
 Per attempt the launch lock and started record are `shim.json` in its record
 directory, as the records module docstring says: the keeper takes the flock
-before it writes anything or starts the command (a preparation only opens
-files) and holds it until the exit record is on disk, so the
+before anything else and holds it until the exit record is on disk, so the
 lock is free exactly when the attempt's end is recorded or its keeper died.
 """
 
@@ -91,10 +88,7 @@ _LOCK_WAIT = 5.0  # seconds a new keeper waits for a dying one's keeper.lock
 _GROUP_POLL = 0.1  # re-check cadence while a terminated group drains
 _MAX_WAIT = 3600.0  # the longest single poll: far below poll()'s int overflow
 _REQUESTS_PER_TURN = 16  # requests served per client per turn of the loop (a spawn window)
-_PREPARED_FOR = 5.0  # seconds a prepared spawn waits for its `go` before it is dropped
 _STARTED_SIZE = 512  # both started records are padded to this: one pwrite replaces the other
-_LOCK_FLAGS = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # the launch lock's
-_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 _PR_SET_CHILD_SUBREAPER = 36
 _SO_PEERCRED = struct.Struct("3i")
 
@@ -120,22 +114,6 @@ class _Run:
     retry_delay: float = _RECORD_RETRY_FIRST
     wake_at: float | None = None  # its live entry in Keeper.timers
     queued: bool = False  # its exit record is in Keeper.pending (this turn's batch)
-
-
-@dataclass
-class _Prepared:
-    """A spawn request read ahead of its `go` (`Keeper._prepare`): the
-    request decoded, and the files its launch uses open. Nothing is locked,
-    written or started; `created`: the files opened here that did not
-    exist, removed again if it is dropped without a `go`."""
-
-    spec: LaunchSpec
-    client: int  # the connection that prepared it (its fd): only its `go` starts it
-    until: float  # dropped after this (monotonic)
-    lock_fd: int
-    fds: list[int]  # the command's stdin, stdout and stderr
-    created: list[str]
-    started: bytes  # its first started record (`_started` with find)
 
 
 @dataclass
@@ -197,9 +175,6 @@ class Keeper:
         self.exited: list[int] = []  # recorded this turn, reported at its end
         self.pending: list[_Run] = []  # exit records of this turn, written as one batch
         self.clients: dict[int, _Client] = {}
-        self.prepared: dict[int, _Prepared] = {}  # by the id its `go` names
-        self._prepared_dirs: dict[str, int] = {}  # record directory -> that id
-        self._prepared_ids = 0
         self.shutting_down = False
         self.idle_since = time.monotonic()
         self._unstarted = 0
@@ -299,13 +274,9 @@ class Keeper:
             now = clock()
             self._reap(now)
             self._tick(now)
-            if self.prepared:
-                self._expire_prepared(now)
             if self.pending:
                 self._write_batch(now)
             wait = self._next_wait(now)
-            if self.prepared:
-                wait = min(wait, max(0.0, min(p.until for p in self.prepared.values()) - now))
             if not self.runs and (
                 self.shutting_down or (not self.clients and now - self.idle_since >= _IDLE_EXIT)
             ):
@@ -346,7 +317,6 @@ class Keeper:
             self.poller.register(sock.fileno(), select.POLLIN)
 
     def _drop(self, fd: int) -> None:
-        self._unprepare([key for key, entry in self.prepared.items() if entry.client == fd])
         client = self.clients.pop(fd)
         self.poller.unregister(fd)
         client.sock.close()
@@ -387,7 +357,7 @@ class Keeper:
             request = json.loads(message)
             if not isinstance(request, dict):
                 raise TypeError("not a JSON object")
-            if request.get("op") in ("spawn", "go") and client.hung_up():
+            if request.get("op") == "spawn" and client.hung_up():
                 # Sent by a supervisor that died before our reply: its
                 # successor may already have found the attempt with nothing
                 # started and failed it as abandoned, so it must not start
@@ -405,24 +375,14 @@ class Keeper:
             return False
         if client.events:
             client.sock.setblocking(False)  # from now on it only gets events
-        if isinstance(request, dict) and request.get("op") in ("spawn", "go") and "pid" in reply:
+        if isinstance(request, dict) and request.get("op") == "spawn" and "pid" in reply:
             self.fault("keeper-after-reply")
-        elif isinstance(request, dict) and request.get("op") == "prepare":
-            self.fault("keeper-after-prepare")
         return fd in self.clients
 
     def _handle(self, client: _Client, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
         if op == "spawn":
             return self._spawn(LaunchSpec.from_wire(request["spec"]))
-        if op == "prepare":
-            return {"prepared": self._prepare(client, request["requests"])}
-        if op == "go":
-            entry = self.prepared.get(int(request["id"]))
-            if entry is None or entry.client != client.sock.fileno():
-                return {"error": "no such prepared spawn", "unprepared": 1}
-            self._forget(int(request["id"]))
-            return self._spawn(entry.spec, entry)
         if op == "hello":
             client.events = bool(request.get("events"))
             return {"keeper": self.pid, "start_time": self.start_time, "protocol": KEEPER_PROTOCOL}
@@ -472,7 +432,6 @@ class Keeper:
         if self.shutting_down:
             return
         self.shutting_down = True
-        self._unprepare(list(self.prepared))
         with contextlib.suppress(OSError):
             os.unlink(KEEPER_SOCKET, dir_fd=self.dir_fd)
         self.poller.unregister(self.listener.fileno())
@@ -481,131 +440,46 @@ class Keeper:
 
     # -- spawning ---------------------------------------------------------------
 
-    def _prepare(self, client: _Client, requests: list[dict[str, Any]]) -> list[int | None]:
-        """A held admission's spawn requests, sent before its commit: each
-        decoded and the files its launch uses opened (the launch lock, the
-        input, the logs), so its `go` after the commit only locks, writes
-        the started record and spawns (`_spawn`). The id each `go` names,
-        or None: that one is sent whole later (an error then is reported
-        as any spawn's).
-
-        Nothing here may make the attempt look launched, locked or started
-        if no `go` comes (the admission rolled back: on SQLite the next
-        admission takes the same seq, so the same directories): no lock is
-        taken and nothing written, and a file created here is removed when
-        the entry is dropped (`_unprepare`: this client's next prepare, its
-        hang-up, `_PREPARED_FOR` without a `go`, a shutdown, or any request
-        for the same attempt)."""
-        fd = client.sock.fileno()
-        self._unprepare([key for key, entry in self.prepared.items() if entry.client == fd])
-        until = time.monotonic() + _PREPARED_FOR
-        return [self._prepare_one(LaunchSpec.from_wire(r["spec"]), fd, until) for r in requests]
-
-    def _prepare_one(self, spec: LaunchSpec, client: int, until: float) -> int | None:
-        if self.shutting_down or not spec.argv:
-            return None
-        self._unprepare_dir(spec.record_dir)
-        created: list[str] = []
-        fds: list[int] = []
-        try:
-            fds.append(
-                _open_noting(
-                    os.path.join(spec.record_dir, SHIM_RECORD), _LOCK_FLAGS, 0o600, created
-                )
-            )
-            fds.append(os.open(spec.stdin_path, os.O_RDONLY | os.O_CLOEXEC))
-            for name in (STDOUT_LOG, STDERR_LOG):
-                fds.append(
-                    _open_noting(os.path.join(spec.attempt_dir, name), _LOG_FLAGS, 0o644, created)
-                )
-        except OSError:
-            _undo(fds, created)
-            return None
-        self._prepared_ids += 1
-        key = self._prepared_ids
-        started = _started(spec, self.pid, self.start_time, find=True)
-        self.prepared[key] = _Prepared(spec, client, until, fds[0], fds[1:], created, started)
-        self._prepared_dirs[spec.record_dir] = key
-        return key
-
-    def _forget(self, key: int) -> _Prepared:
-        entry = self.prepared.pop(key)
-        del self._prepared_dirs[entry.spec.record_dir]
-        return entry
-
-    def _unprepare(self, keys: list[int]) -> None:
-        """Drop these prepared spawns: their files closed, and removed if
-        they were created for them (no command ever ran there)."""
-        for key in keys:
-            entry = self._forget(key)
-            _undo([entry.lock_fd, *entry.fds], entry.created)
-
-    def _unprepare_dir(self, record_dir: str) -> None:
-        """A launch of this attempt, or a new preparation of it, drops an
-        earlier preparation first (its files then created afresh)."""
-        key = self._prepared_dirs.get(record_dir)
-        if key is not None:
-            self._unprepare([key])
-
-    def _expire_prepared(self, now: float) -> None:
-        self._unprepare([key for key, entry in self.prepared.items() if entry.until <= now])
-
-    def _spawn(self, spec: LaunchSpec, prepared: _Prepared | None = None) -> dict[str, Any]:
+    def _spawn(self, spec: LaunchSpec) -> dict[str, Any]:
         """Lock, started record, spawn, the command's pid in the record, reply.
-        `prepared`: its files, opened ahead (`_prepare`).
 
         A lock already held, or a started record already written, means this
         attempt was launched before: refused rather than started twice.
         """
         if self.shutting_down:
-            if prepared is not None:
-                _undo([prepared.lock_fd, *prepared.fds], prepared.created)
             return {"error": "the keeper is shutting down"}
         now = time.monotonic()
         lock_path = os.path.join(spec.record_dir, SHIM_RECORD)
-        if prepared is None:
-            self._unprepare_dir(spec.record_dir)
-            try:
-                lock_fd = os.open(lock_path, _LOCK_FLAGS | os.O_CREAT, 0o600)
-            except OSError as exc:
-                return {"error": f"cannot create the launch lock {lock_path} ({_why(exc)})"}
-            fds = None
-        else:
-            lock_fd, fds = prepared.lock_fd, prepared.fds
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            lock_fd = os.open(lock_path, flags, 0o600)
+        except OSError as exc:
+            return {"error": f"cannot create the launch lock {lock_path} ({_why(exc)})"}
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            stat = os.fstat(lock_fd)
+            started = os.fstat(lock_fd).st_size > 0
         except BlockingIOError:
-            _undo([lock_fd, *(fds or ())], [])
+            os.close(lock_fd)
             return {"error": f"attempt {spec.attempt} of {spec.run_id} is running", "launched": 1}
         except OSError as exc:
-            _undo([lock_fd, *(fds or ())], [])
+            os.close(lock_fd)
             return {"error": f"cannot take the launch lock {lock_path} ({_why(exc)})"}
-        if stat.st_size > 0:
-            _undo([lock_fd, *(fds or ())], [])
+        if started:
+            os.close(lock_fd)
             return {"error": f"attempt {spec.attempt} of {spec.run_id} was started", "launched": 1}
-        if fds is not None and stat.st_nlink == 0:
-            # Removed since it was prepared: the lock is the file at its path.
-            _undo([lock_fd, *fds], [])
-            return self._spawn(spec)
         self.fault("keeper-before-started")
         started_at = time.time()
         try:
             # The keeper's own identity until the command's replaces it: with
             # the lock free afterwards, a record says "it may have run".
-            record = (
-                prepared.started
-                if prepared is not None
-                else _started(spec, self.pid, self.start_time, find=True)
-            )
-            os.pwrite(lock_fd, record, 0)
+            os.pwrite(lock_fd, _started(spec, self.pid, self.start_time, find=True), 0)
         except OSError as exc:
-            _undo([lock_fd, *(fds or ())], [])
+            os.close(lock_fd)
             return {"error": f"cannot write the started record ({_why(exc)})", "errno": exc.errno}
         self.fault("keeper-after-started")
         before = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
         try:
-            pid = _start_command(spec, fds)
+            pid = _start_command(spec)
         except OSError as exc:
             if exc.filename is None and exc.errno in (errno.EAGAIN, errno.ENOMEM):
                 # The fork itself failed (a process limit): nothing started,
@@ -883,10 +757,9 @@ def _start_tick(before: int, after: int) -> int | None:
     return tick if after // _NS_PER_TICK == tick else None
 
 
-def _start_command(spec: LaunchSpec, fds: list[int] | None = None) -> int:
+def _start_command(spec: LaunchSpec) -> int:
     """Spawn the command in its own session and process group; returns its
-    pid. OSError/ValueError mean it never ran. `fds`: its stdin, stdout and
-    stderr, opened ahead (`Keeper._prepare`); closed here either way.
+    pid. OSError/ValueError mean it never ran.
 
     Popen uses vfork (no page tables copied), searches spec.env's PATH,
     applies cwd in the child, restores the SIGPIPE and SIGXFSZ that Python
@@ -896,17 +769,17 @@ def _start_command(spec: LaunchSpec, fds: list[int] | None = None) -> int:
     leaves its internal signals (32, 33) ignored in the child: ignored
     dispositions survive exec into the job.
     """
-    if fds is None:
-        fds = []
-        if not spec.argv:
-            raise ValueError("empty command")
-        try:
-            fds.append(os.open(spec.stdin_path, os.O_RDONLY | os.O_CLOEXEC))
-        except OSError as exc:
-            raise ValueError(f"cannot open input {spec.stdin_path!r}: {exc.strerror}") from None
+    if not spec.argv:
+        raise ValueError("empty command")
     try:
-        for name in (STDOUT_LOG, STDERR_LOG)[len(fds) - 1 :]:
-            fds.append(os.open(os.path.join(spec.attempt_dir, name), _LOG_FLAGS, 0o644))
+        stdin_fd = os.open(spec.stdin_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"cannot open input {spec.stdin_path!r}: {exc.strerror}") from None
+    fds = [stdin_fd]
+    try:
+        log_flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        fds.append(os.open(os.path.join(spec.attempt_dir, STDOUT_LOG), log_flags, 0o644))
+        fds.append(os.open(os.path.join(spec.attempt_dir, STDERR_LOG), log_flags, 0o644))
         proc = subprocess.Popen(
             spec.argv,
             cwd=spec.cwd,
@@ -923,28 +796,6 @@ def _start_command(spec: LaunchSpec, fds: list[int] | None = None) -> int:
     # The keeper reaps it (waitpid); Popen must never try to.
     proc.returncode = 0
     return proc.pid
-
-
-def _open_noting(path: str, flags: int, mode: int, created: list[str]) -> int:
-    """Open `path` (`flags` without O_CREAT), creating it if absent; a
-    file it created is added to `created`."""
-    flags &= ~os.O_CREAT
-    try:
-        return os.open(path, flags)
-    except FileNotFoundError:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
-        created.append(path)
-        return fd
-
-
-def _undo(fds: list[int], created: list[str]) -> None:
-    """Close these descriptors and remove these files (a launch that did not happen)."""
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    for path in created:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
 
 
 def _spawn_failure(spec: LaunchSpec, exc: Exception) -> str:

@@ -689,8 +689,7 @@ class Launcher:
         self._keeper_pid: int | None = None
         self._started: subprocess.Popen[bytes] | None = None
         self._partial = b""  # an event split across reads
-        # see encode_ahead: per spec object, its spawn request and its `go` if prepared
-        self._ahead: dict[int, tuple[LaunchSpec, bytes, bytes | None]] = {}
+        self._ahead: dict[int, tuple[LaunchSpec, bytes]] = {}  # see encode_ahead
 
     @property
     def server_pid(self) -> int | None:
@@ -844,51 +843,31 @@ class Launcher:
         lock), CommandNotStarted if the command could not be started (its
         exit record says why), any other LauncherError: nothing was started.
         """
-        frame, request = self._frames_of(spec)
+        frame = self._frame_of(spec)
         with self._lock:
             data = self._request_framed(frame)
-            if data.get("unprepared") and request is not None:
-                data = self._request_framed(request)  # it dropped the preparation
         return _spawn_answer(spec, data)
 
     def encode_ahead(self, specs: Sequence[LaunchSpec]) -> None:
         """Encode these specs' spawn requests now, for `spawn`/`spawn_many`
-        of the same spec objects to send as they are, and have the keeper
-        prepare them (one `prepare` round trip: it decodes each request and
-        opens the files the launch will use, and starts nothing): a held
-        admission does this while it waits for the instant, so after its
-        commit only a short `go` per spec is left, and the keeper only
-        locks, writes the started record and spawns. Replaces what an
-        earlier call left, here and in the keeper (a held chunk rolled back
-        never spawns). A spec that cannot be encoded is left to `spawn`,
-        which raises for it; one the keeper did not prepare (a keeper of an
-        earlier release, a file it could not open) is sent whole."""
-        ahead: dict[int, tuple[LaunchSpec, bytes, bytes | None]] = {}
+        of the same spec objects to send as they are: a held admission
+        encodes its chunk's while it waits for the instant, so after its
+        commit only the send is left. Replaces what an earlier call left
+        (a held chunk rolled back never spawns). A spec that cannot be
+        encoded is left to `spawn`, which raises for it."""
+        ahead: dict[int, tuple[LaunchSpec, bytes]] = {}
         for spec in specs:
             with contextlib.suppress(LauncherError):
-                ahead[id(spec)] = (spec, _spawn_frame(spec), None)
+                ahead[id(spec)] = (spec, _spawn_frame(spec))
         self._ahead = ahead
-        if not ahead:
-            return
-        # The spawn requests' own encodings, inside one prepare request.
-        bodies = b",".join(frame[_HEADER.size :] for _, frame, _ in ahead.values())
-        body = b'{"op":"prepare","requests":[' + bodies + b"]}"
-        with self._lock, contextlib.suppress(OSError, ValueError):
-            tokens = self._request_framed(_HEADER.pack(len(body)) + body).get("prepared")
-            if isinstance(tokens, list) and len(tokens) == len(ahead):
-                for (key, (spec, frame, _)), token in zip(ahead.items(), tokens, strict=True):
-                    if isinstance(token, int):
-                        ahead[key] = (spec, frame, _frame({"op": "go", "id": token}))
 
-    def _frames_of(self, spec: LaunchSpec) -> tuple[bytes, bytes | None]:
-        """What to send for `spec`: its `go` and its spawn request (sent if
-        the keeper no longer has the preparation), or its spawn request
-        alone. Encoded ahead only for the very object (an id reused by
-        another spec never matches); else encoded now."""
+    def _frame_of(self, spec: LaunchSpec) -> bytes:
+        """The spawn request of `spec`: encoded ahead (the very object, so an
+        id reused by another spec never matches), else now."""
         ahead = self._ahead.pop(id(spec), None)
         if ahead is not None and ahead[0] is spec:
-            return (ahead[2], ahead[1]) if ahead[2] is not None else (ahead[1], None)
-        return _spawn_frame(spec), None
+            return ahead[1]
+        return _spawn_frame(spec)
 
     def spawn_many(self, specs: Sequence[LaunchSpec]) -> list[ShimHandle | Exception | None]:
         """`spawn` of each spec, pipelined: up to `_SPAWN_WINDOW` requests
@@ -896,13 +875,10 @@ class Launcher:
         the next command while we encode the one after and read replies.
 
         One answer per spec, in order: its handle, or the exception `spawn`
-        would have raised, or None for a `go` the keeper no longer had the
-        preparation of (nothing started: the caller asks again, and `spawn`
-        sends the request whole). When the connection is lost, that spec's
-        answer is LauncherLost and every later one is None: sent or not,
-        whether the keeper acted on it is unknown, so the caller asks again
-        (and the launch lock refuses an attempt that started:
-        AlreadyLaunched).
+        would have raised. When the connection is lost, that spec's answer
+        is LauncherLost and every later one is None: sent or not, whether
+        the keeper acted on it is unknown, so the caller asks again (and the
+        launch lock refuses an attempt that started: AlreadyLaunched).
         """
         answers: list[ShimHandle | Exception | None] = [None] * len(specs)
         on_wire: list[bool] = []  # per spec sent so far: whether a request went out
@@ -916,7 +892,7 @@ class Launcher:
                     while len(on_wire) < len(specs) and len(on_wire) - index < _SPAWN_WINDOW:
                         ahead = len(on_wire)
                         try:
-                            frame, _ = self._frames_of(specs[ahead])
+                            frame = self._frame_of(specs[ahead])
                         except LauncherError as exc:
                             answers[ahead] = exc
                             on_wire.append(False)
@@ -932,11 +908,8 @@ class Launcher:
                 if reply is None:
                     answers[index] = LauncherLost("the run keeper exited while handling a request")
                     return answers
-                data = json.loads(reply)
-                if data.get("unprepared"):
-                    continue  # None: `spawn` sends it whole
                 try:
-                    answers[index] = _spawn_answer(spec, data)
+                    answers[index] = _spawn_answer(spec, json.loads(reply))
                 except OSError as exc:  # a LauncherError or SpawnRefused, as spawn() raises
                     answers[index] = exc
         return answers
@@ -1103,9 +1076,6 @@ class Launcher:
             self._requests = self._events = None
             self._keeper_pid = None
             self._reap_started()
-            # A `go` names a preparation of that connection (the keeper drops
-            # them with it): whatever is spawned after is sent whole.
-            self._ahead = {}
 
 
 OLD_SHIM_COMM = b"wfsched-shim\n"

@@ -121,7 +121,7 @@ def never_launched(store_root: Path, names: list[str]) -> set[str]:
         try:
             with os.scandir(records_root(store_root) / name) as attempts:
                 started = any(
-                    _has_started_record(os.path.join(attempt.path, STARTED_RECORD))
+                    os.path.lexists(os.path.join(attempt.path, STARTED_RECORD))
                     for attempt in attempts
                 )
         except (FileNotFoundError, NotADirectoryError):
@@ -129,18 +129,6 @@ def never_launched(store_root: Path, names: list[str]) -> set[str]:
         if not started:
             found.add(name)
     return found
-
-
-def _has_started_record(path: str) -> bool:
-    """Anything at `path` but an empty regular file: that is a launch lock
-    nothing was written into (its keeper died after creating it for a
-    launch or a preparation, before any command could start), which the
-    launcher too reads as no started record."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return not (stat.S_ISREG(info.st_mode) and info.st_size == 0)
 
 
 def record_dir(store_root: Path, run_id: str, name: str) -> Path:
