@@ -488,9 +488,13 @@ class Supervisor:
         (`CHECKPOINT_QUIET`), or regardless once the log grew ten times
         that much (a supervisor that is never idle). The supervisor's own
         commits never checkpoint (`Store.defer_checkpoints`): one inside the
-        admission's commit delayed that launch."""
-        if self.store.checkpoint(quiet=sleep >= CHECKPOINT_QUIET) and self._commits is not None:
-            self._commits.drain()  # its own write to the database file
+        admission's commit delayed that launch.
+
+        The commit watch then fires once for the checkpoint's own write: a
+        spare look, once per few hundred changes. Drained here instead, it
+        could swallow an operator's commit landing meanwhile, and the loop
+        would sleep through it."""
+        self.store.checkpoint(quiet=sleep >= CHECKPOINT_QUIET)
 
     def resynchronise(self) -> None:
         """After the connection to the store was lost (a networked store):
