@@ -453,6 +453,28 @@ def test_the_same_error_is_logged_once_a_minute_and_counted_every_time() -> None
     }
 
 
+def test_a_failed_checkpoint_in_the_loop_is_counted_and_the_loop_goes_on(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve() checkpoints before it sleeps; a failure there (the log keeps
+    every commit) must not end it."""
+    import signal
+
+    def log(event: str, **fields: object) -> None:
+        h.events.append((event, fields))
+        if event == "tick-error":
+            h.supervisor.stop_requested = True
+
+    h.supervisor = Supervisor(h.store, SupervisorConfig(), h.control, clock=h.clock, log=log)
+    fail(h, monkeypatch, "checkpoint")
+    try:
+        h.supervisor.serve()
+    finally:
+        signal.set_wakeup_fd(-1)
+    assert h.supervisor.errors.counts == {"checkpoint": 1}
+    assert [event for event, _ in h.events] == ["started", "tick-error", "draining", "drained"]
+
+
 def test_a_failed_next_due_lookup_in_the_loop_sleeps_a_poll_interval(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

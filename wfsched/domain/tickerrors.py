@@ -43,6 +43,7 @@ PHASES = (  # the names the supervisor's phases are counted under
     "metrics",
     "liveness",
     "next-due",
+    "checkpoint",
     "watch",
 )
 META_KEY = "tick_errors"
