@@ -111,8 +111,8 @@ _OCCURRENCE_SELECT = (
 CHECKPOINT_CHANGES = 400
 """Rows a supervisor's connection changes between two checkpoints: an
 admission with its mark writes about 13 log pages for 5 rows, so this is
-about SQLite's own 1,000 pages; a stamp-only idle supervisor checkpoints
-about once in seven minutes."""
+about SQLite's own 1,000 pages; an idle supervisor, whose only writes are
+its liveness stamps (one row every 5 s), checkpoints about twice an hour."""
 
 
 def _placeholders(values: Sequence[object]) -> str:
