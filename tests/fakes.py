@@ -7,12 +7,16 @@ ingestion path is the production one.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import sqlite3
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wfsched.process import launcher
 from wfsched.process.launcher import ExitRecord, LaunchSpec, ShimHandle
@@ -165,3 +169,17 @@ def write_exit_record(
             }
         )
     )
+
+
+def in_the_database_file(store_root: Path, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """The rows `sql` finds in a SQLite store's database file alone, without
+    its write-ahead log: what checkpoints have folded into it so far (none
+    when not even the schema has been folded in yet)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch, "file-only.db")
+        copy.write_bytes((store_root / "wfsched.db").read_bytes())
+        with contextlib.closing(sqlite3.connect(copy)) as db:
+            try:
+                return db.execute(sql, params).fetchall()
+            except sqlite3.OperationalError:  # no such table: nothing folded in yet
+                return []

@@ -3,7 +3,6 @@ and what operators see when the database is not what wfsched wrote."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import stat
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import wfsched
+from tests.fakes import in_the_database_file
 from wfsched.errors import StoreError
 from wfsched.store import SQLiteStore
 from wfsched.store.migrations import LATEST_VERSION
@@ -425,17 +425,9 @@ def test_a_frozen_invocation_is_written_as_the_text_it_is_read_back_from() -> No
 
 
 def _in_the_database_file(root: Path, key: str) -> str | None:
-    """`meta[key]` as the database file alone holds it: what checkpoints
-    have folded into it, without the write-ahead log."""
-    copy = root.parent / "file-only.db"
-    copy.write_bytes((root / "wfsched.db").read_bytes())
-    db = sqlite3.connect(copy)
-    try:
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    finally:
-        db.close()
-        copy.unlink()
-    return row[0] if row else None
+    """`meta[key]` as the database file alone holds it (`in_the_database_file`)."""
+    rows = in_the_database_file(root, "SELECT value FROM meta WHERE key = ?", (key,))
+    return rows[0][0] if rows else None
 
 
 def test_a_connection_that_defers_checkpoints_folds_the_log_only_when_asked(
@@ -445,8 +437,6 @@ def test_a_connection_that_defers_checkpoints_folds_the_log_only_when_asked(
     the commit that takes the log past 1,000 pages: the admission's, on the
     way to a job's start); it asks at quiet moments instead."""
     store = SQLiteStore(tmp_path / "s")
-    with contextlib.closing(sqlite3.connect(tmp_path / "s" / "wfsched.db")) as db:
-        db.execute("PRAGMA wal_checkpoint")  # the schema into the file
     store.defer_checkpoints()
     for number in range(CHECKPOINT_CHANGES - 1):
         store.touch_meta(probe=str(number))

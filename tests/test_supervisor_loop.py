@@ -6,11 +6,9 @@ processes are faked. No sleeps: time moves when a test moves it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import select
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import Clock, FakeControl, write_exit_record
+from tests.fakes import Clock, FakeControl, in_the_database_file, write_exit_record
 from wfsched.api.admin import Admin
 from wfsched.api.run_ops import Runs
 from wfsched.daemon.supervisor import (
@@ -1180,13 +1178,8 @@ def test_the_supervisor_checkpoints_only_when_its_sleep_leaves_time(tmp_path: Pa
         h.supervisor.tick()
 
     def runs_in_the_database_file() -> int:
-        copy = tmp_path / "file-only.db"
-        copy.write_bytes((tmp_path / "store" / "wfsched.db").read_bytes())
-        with contextlib.closing(sqlite3.connect(copy)) as db:
-            try:
-                return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
-            except sqlite3.OperationalError:  # not even the schema yet
-                return 0
+        rows = in_the_database_file(tmp_path / "store", "SELECT count(*) FROM runs")
+        return int(rows[0][0]) if rows else 0
 
     assert len(h.run_ids()) == CHECKPOINT_CHANGES // 4
     h.supervisor._checkpoint(CHECKPOINT_QUIET / 2)  # an instant is near

@@ -453,11 +453,9 @@ def test_the_same_error_is_logged_once_a_minute_and_counted_every_time() -> None
     }
 
 
-def test_a_failed_checkpoint_in_the_loop_is_counted_and_the_loop_goes_on(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """serve() checkpoints before it sleeps; a failure there (the log keeps
-    every commit) must not end it."""
+def serve_until_a_tick_error(h: Harness, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    """Run serve() with `store.<method>` failing once; it stops at the
+    tick-error that failure logs (the loop itself must survive it)."""
     import signal
 
     def log(event: str, **fields: object) -> None:
@@ -466,11 +464,19 @@ def test_a_failed_checkpoint_in_the_loop_is_counted_and_the_loop_goes_on(
             h.supervisor.stop_requested = True
 
     h.supervisor = Supervisor(h.store, SupervisorConfig(), h.control, clock=h.clock, log=log)
-    fail(h, monkeypatch, "checkpoint")
+    fail(h, monkeypatch, method)
     try:
         h.supervisor.serve()
     finally:
         signal.set_wakeup_fd(-1)
+
+
+def test_a_failed_checkpoint_in_the_loop_is_counted_and_the_loop_goes_on(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve() checkpoints before it sleeps; a failure there (the log keeps
+    every commit) must not end it."""
+    serve_until_a_tick_error(h, monkeypatch, "checkpoint")
     assert h.supervisor.errors.counts == {"checkpoint": 1}
     assert [event for event, _ in h.events] == ["started", "tick-error", "draining", "drained"]
 
@@ -479,19 +485,7 @@ def test_a_failed_next_due_lookup_in_the_loop_sleeps_a_poll_interval(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """serve() asks the store when to wake; a failure there must not end it."""
-    import signal
-
-    def log(event: str, **fields: object) -> None:
-        h.events.append((event, fields))
-        if event == "tick-error":
-            h.supervisor.stop_requested = True
-
-    h.supervisor = Supervisor(h.store, SupervisorConfig(), h.control, clock=h.clock, log=log)
-    fail(h, monkeypatch, "earliest_due_schedule")
-    try:
-        h.supervisor.serve()
-    finally:
-        signal.set_wakeup_fd(-1)
+    serve_until_a_tick_error(h, monkeypatch, "earliest_due_schedule")
     assert h.supervisor.errors.counts == {"next-due": 1}
     assert [event for event, _ in h.events] == ["started", "tick-error", "draining", "drained"]
 
