@@ -126,6 +126,9 @@ _DURING_FAULTS = ("watch", "metrics")
 """The phases that run through a store fault episode: taking the launcher's
 exit reports (no store write) and the metrics refresh (reads only; it keeps
 its last values when reads fail)."""
+_DISK_FAULTS = ("disk-full", "read-only", "io-error")
+"""Faults of a disk: a spawn the keeper refused for one of these started
+nothing and waits for the episode's end (`_spawn`)."""
 WARM_AHEAD = 60.0
 WARM_LIMIT = 10_000
 """Within WARM_AHEAD seconds of a due instant, up to WARM_LIMIT schedules due
@@ -1872,6 +1875,17 @@ class Supervisor:
             self.wake_now = True
             return None
         except OSError as exc:
+            fault = classify(exc, self.store.root)
+            if fault is not None and fault.kind in _DISK_FAULTS:
+                # The keeper could not write the attempt's launch lock or
+                # started record (a full or failing disk) and started
+                # nothing: the attempt waits, marked and holding its slot,
+                # and is spawned once the episode ends, like one marked
+                # while no launcher was up. Failed here, it would need the
+                # same full disk to record that.
+                self._fault("launch", exc)
+                watch.spec = spec
+                return None
             # A fork or descriptor limit opens an episode that holds later
             # launches (first: recording this run may fail in the same fault).
             self._fault("launch", exc)

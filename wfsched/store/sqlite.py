@@ -17,7 +17,7 @@ import errno
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,11 +108,17 @@ _OCCURRENCE_SELECT = (
 )
 
 
-CHECKPOINT_CHANGES = 400
+CHECKPOINT_CHANGES = 100
 """Rows a supervisor's connection changes between two checkpoints: an
 admission with its mark writes about 13 log pages for 5 rows, so this is
-about SQLite's own 1,000 pages; an idle supervisor, whose only writes are
-its liveness stamps (one row every 5 s), checkpoints about twice an hour."""
+about 260 pages, 1 MiB of log (SQLite's own 1,000 pages, 4 MiB, filled a
+small filesystem by itself); an idle supervisor, whose only writes are its
+liveness stamps (one row every 5 s), checkpoints about every 8 minutes."""
+JOURNAL_SIZE_LIMIT = 1 << 20
+"""Bytes of write-ahead log every connection keeps once a checkpoint has
+folded it (`PRAGMA journal_size_limit`): SQLite reuses its log file from
+the start after a checkpoint and never shrinks it by itself, so a burst's
+log would hold its high-water mark of disk for good."""
 
 
 def _placeholders(values: Sequence[object]) -> str:
@@ -175,6 +181,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
             if self._checkpoints_deferred:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.DatabaseError as exc:
@@ -695,7 +702,17 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         """A full disk counts as cleared once `min_free` bytes are free again:
         SQLite can write into WAL space it already has, so one small write
         succeeding proves little, while an admission also writes the run's
-        directory."""
+        directory.
+
+        First the log is folded into the database and truncated to nothing
+        (`wal_checkpoint(TRUNCATE)`): the space the log holds is this
+        store's own, and counted as used it could keep the episode open
+        after the operator freed space, however much was freed. A
+        checkpoint that fails here (the database file must grow and cannot,
+        a reader holds an old snapshot) leaves the free space to decide."""
+        with suppress(sqlite3.Error, StoreError):
+            self._execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._folded_at = self._conn.raw.total_changes
         space = os.statvfs(self.root)
         if space.f_bavail * space.f_frsize < min_free:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.root))
