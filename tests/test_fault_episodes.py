@@ -412,3 +412,27 @@ def test_a_spawn_refused_for_a_full_disk_waits_for_the_episode_and_then_starts(
     shown = h.runs.show("run-000001")
     assert shown["state"] == "completed" and len(shown["attempts"]) == 1
     assert [e["run"] for e in events(h, "started")] == ["run-000001"]
+
+
+def test_a_spawn_refused_for_a_full_disk_and_a_shutdown_record_it_never_started(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped while such an attempt waits: the drain records it failed as
+    never started once the store takes the write, not as the launcher's."""
+    h.supervisor = supervisor(h)
+    h.tick_at(T0 - 10)
+
+    def spawn(spec: Any) -> Any:
+        raise SpawnRefused(errno.ENOSPC, f"cannot launch {spec.run_id}: no space")
+
+    monkeypatch.setattr(h.control, "spawn", spawn)
+    h.tick_at(T0)
+    assert h.runs.show("run-000001")["state"] == "running"
+    h.clock.set(T0 + FAULT_BACKOFF_FIRST)
+    h.supervisor.drain()
+    shown = h.runs.show("run-000001")
+    assert shown["state"] == "failed" and len(shown["attempts"]) == 1
+    assert shown["reason"] == (
+        "not started: the store's disk refused its launch until the supervisor shut down"
+    )
+    assert runs_spawned(h) == []

@@ -2593,10 +2593,19 @@ class Supervisor:
             self.leadership.stop(release=True)
         self.notifier.send("STOPPING=1", "STATUS=draining")
         self.log("draining", executing=len(self.watches))
-        waiting = [watch for watch in self.watches.values() if watch.spec is not None]
-        if waiting:
-            reason = "not started: no launcher was up before the supervisor shut down"
-            self._conclude_all([(watch, None, reason) for watch in waiting])
+        reason = (
+            "not started: the store's disk refused its launch until the supervisor shut down"
+            if self.launcher.up
+            else "not started: no launcher was up before the supervisor shut down"
+        )
+        for watch in self.watches.values():
+            if watch.spec is not None:
+                # Settled as a lost launch that started nothing, by the
+                # ingestion below once the store takes writes (the disk that
+                # refused its launch may still be full).
+                watch.spec = None
+                watch.adopted = watch.lost_launch = True
+                watch.never_started = reason
         self._wait_for_watches(self.config.drain_grace)
         if self.watches:
             longest_grace = 0
