@@ -34,7 +34,15 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
+from tests.test_launcher import make_spec
 from wfsched.domain.tickerrors import FAULT_BACKOFF_MAX
+from wfsched.process.launcher import (
+    AlreadyLaunched,
+    Launcher,
+    SpawnRefused,
+    read_exit_record,
+    read_shim_record,
+)
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -882,3 +890,24 @@ def test_cli_writes_and_supervise_on_a_read_only_store_fail_in_one_line(
     finally:
         _run("mount", "-o", "remount,rw", str(store))
     assert wfsched_json(store, "get", "job")["state"] == "active"  # nothing written
+
+
+def test_a_launch_the_full_disk_refused_leaves_its_attempt_launchable(tmp_path: Path) -> None:
+    """The keeper cannot write an attempt's started record on a full disk:
+    it says so with the errno (a disk-full fault to the supervisor, which
+    holds the attempt), and leaves the record empty, so the same attempt
+    starts, once, when there is space again."""
+    with _tmpfs(tmp_path / "disk", "1m") as disk, Launcher() as launcher:
+        spec = make_spec(disk, ("sh", "-c", "exit 0"))
+        fill(disk / "filler")
+        with pytest.raises(SpawnRefused) as refused:
+            launcher.spawn(spec)
+        assert refused.value.errno == errno.ENOSPC
+        assert "cannot write the started record" in str(refused.value)
+        assert read_shim_record(spec.record_dir) is None
+        (disk / "filler").unlink()
+        launcher.spawn(spec)
+        record = wait_for(lambda: read_exit_record(spec.record_dir), what="the exit record")
+        assert (record.outcome, record.exit_code) == ("exited", 0)
+        with pytest.raises(AlreadyLaunched):
+            launcher.spawn(spec)
