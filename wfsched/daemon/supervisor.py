@@ -147,6 +147,9 @@ LAUNCHER_BACKOFF_MAX = 5.0
 NEVER_STARTED = (
     "not started: its run keeper died before starting the command; the command never ran"
 )
+DISK_REFUSED = "not started: the store's disk refused its launch until the supervisor shut down"
+"""The reason of an attempt whose spawn waited for a disk fault to pass
+when the supervisor was stopped (`_spawn`, `drain`)."""
 REQUEST_TRIES = 5
 RECORD_READ_TRIES = 3
 """Reads of one attempt's records failing with an I/O error (each a fault
@@ -1885,6 +1888,7 @@ class Supervisor:
                 # same full disk to record that.
                 self._fault("launch", exc)
                 watch.spec = spec
+                watch.never_started = DISK_REFUSED
                 return None
             # A fork or descriptor limit opens an episode that holds later
             # launches (first: recording this run may fail in the same fault).
@@ -2593,11 +2597,6 @@ class Supervisor:
             self.leadership.stop(release=True)
         self.notifier.send("STOPPING=1", "STATUS=draining")
         self.log("draining", executing=len(self.watches))
-        reason = (
-            "not started: the store's disk refused its launch until the supervisor shut down"
-            if self.launcher.up
-            else "not started: no launcher was up before the supervisor shut down"
-        )
         for watch in self.watches.values():
             if watch.spec is not None:
                 # Settled as a lost launch that started nothing, by the
@@ -2605,7 +2604,10 @@ class Supervisor:
                 # refused its launch may still be full).
                 watch.spec = None
                 watch.adopted = watch.lost_launch = True
-                watch.never_started = reason
+                if watch.never_started == NEVER_STARTED:
+                    watch.never_started = (
+                        "not started: no launcher was up before the supervisor shut down"
+                    )
         self._wait_for_watches(self.config.drain_grace)
         if self.watches:
             longest_grace = 0
