@@ -10,7 +10,7 @@ nothing is stored. Each returns `(key path, message)` pairs.
 from __future__ import annotations
 
 import functools
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from wfsched.domain.model import CronTrigger, Definition, OneShotTrigger
 from wfsched.domain.timeutil import format_instant
@@ -24,6 +24,8 @@ _LOOKAHEAD = 366 * _DAY
 _WINDOW = 4 * 3600
 """Instants looked at on either side of a clock change (the widest change is 2 h)."""
 
+_ONE_SECOND = timedelta(seconds=1)
+_ONE_HOUR = timedelta(hours=1)
 _MAX_INSTANTS = 2000
 """A bound on the instants one clock change may cost (`* 2 * * *` has 120)."""
 
@@ -140,6 +142,11 @@ def _links() -> dict[str, str]:
 
 
 def _clock_changes(trigger: CronTrigger, now: int) -> list[Advice]:
+    return list(_clock_changes_of(trigger.cron, trigger.normalized, trigger.timezone, now))
+
+
+@functools.lru_cache(maxsize=1024)
+def _clock_changes_of(cron: str, normalized: str, zone: str, now: int) -> tuple[Advice, ...]:
     """A fixed-time schedule whose time falls in a DST gap or fold.
 
     cron users expect a daily job to run once a day; wfsched runs every
@@ -150,13 +157,13 @@ def _clock_changes(trigger: CronTrigger, now: int) -> list[Advice]:
     """
     from wfsched.domain.calendar import cron_calendar, describe_local
 
-    changes = _offset_changes(trigger.timezone, now, _LOOKAHEAD)
+    changes = _offset_changes(zone, now, _LOOKAHEAD)
     if not changes:
-        return []
-    cal = cron_calendar(trigger.normalized, trigger.timezone)
+        return ()
+    cal = cron_calendar(normalized, zone)
     hours = cal.hours()
     if hours is None:
-        return []
+        return ()
     twice: tuple[str, str] | None = None
     moved: tuple[str, str] | None = None
     for change in changes:
@@ -166,7 +173,7 @@ def _clock_changes(trigger: CronTrigger, now: int) -> list[Advice]:
         for _ in range(_MAX_INSTANTS):
             if instant > change + _WINDOW:
                 break
-            text, note = describe_local(instant, trigger.timezone, cal)
+            text, note = describe_local(instant, zone, cal)
             day, clock = text.split(" ")[0], text.split(" ")[1]
             if note == "dst-fold-repeat" and twice is None:
                 twice = (clock, day)
@@ -182,23 +189,32 @@ def _clock_changes(trigger: CronTrigger, now: int) -> list[Advice]:
             " (its own time does not exist that night)"
         )
     if not parts:
-        return []
-    return [
+        return ()
+    return (
         (
             "trigger.cron",
-            f"{trigger.cron!r} in {trigger.timezone}: " + " and ".join(parts) + "; choose a time"
+            f"{cron!r} in {zone}: " + " and ".join(parts) + "; choose a time"
             " outside the hours the clocks change, or timezone = 'UTC', if that matters",
-        )
-    ]
+        ),
+    )
 
 
 def _touches(change: int, hours: frozenset[int], zone: tzinfo) -> bool:
-    """Whether a local hour the change repeats or skips is one the expression
-    names: a cheap test that spares most schedules the calendar walk."""
-    before = datetime.fromtimestamp(change - 1, zone)
-    after = datetime.fromtimestamp(change, zone)
-    span = {before.hour, after.hour, (before.hour + 1) % 24, (after.hour + 1) % 24}
-    return bool(span & hours)
+    """Whether a wall time the change repeats or skips is in an hour the
+    expression names: a cheap test that spares most schedules the walk.
+
+    The wall times concerned run from the wall clock just before the change
+    to the one just after it, whichever is earlier (a fold's repeat, a gap's
+    missing span)."""
+    before = datetime.fromtimestamp(change - 1, zone).replace(tzinfo=None) + _ONE_SECOND
+    after = datetime.fromtimestamp(change, zone).replace(tzinfo=None)
+    start, end = min(before, after), max(before, after)
+    hour = start.replace(minute=0, second=0)
+    while hour < end:
+        if hour.hour in hours:
+            return True
+        hour += _ONE_HOUR
+    return False
 
 
 @functools.lru_cache(maxsize=256)
