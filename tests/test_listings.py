@@ -108,17 +108,21 @@ def many(tmp_path: Path) -> Path:
     return store
 
 
-@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["runs", "--json"]])
-def test_a_reader_that_leaves_early_is_not_an_error(many: Path, args: list[str]) -> None:
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["get", "job-000"]])
+@pytest.mark.parametrize("reader", ["head -1", "true"])
+def test_a_reader_that_leaves_early_is_not_an_error(
+    many: Path, args: list[str], reader: str
+) -> None:
+    """`true` has left before the first write; `head -1` leaves after a line."""
     command = " ".join([sys.executable, "-m", "wfsched", "--store", str(many), *args])
     piped = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", f"{command} | head -1"],
+        ["bash", "-o", "pipefail", "-c", f"{command} | {reader}"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert (piped.returncode, piped.stderr) == (0, ""), piped.stderr
-    assert len(piped.stdout.splitlines()) == 1
+    assert len(piped.stdout.splitlines()) == (1 if reader == "head -1" else 0)
 
 
 def test_the_real_cli_at_80_columns_cuts_no_word(many: Path) -> None:
