@@ -258,3 +258,13 @@ def test_next_of_a_paused_schedule_marks_every_instant(run_cli: CliRun, ran: Har
     items = json.loads(run_cli("next", "a", "--count", "2", "--json")[1])["items"]
     assert [item["held"] for item in items] == [None, None]
     assert "paused" not in run_cli("next", "a")[1]
+
+
+def test_logs_refuses_both_streams_and_an_unknown_schedule(run_cli: CliRun, ran: Harness) -> None:
+    assert run_cli("logs", "a", "--stdout", "--stderr") == (
+        2,
+        "",
+        "wfsched: error: --stdout and --stderr cannot be combined; give neither for both\n",
+    )
+    code, out, err = run_cli("logs", "nope", "--follow")
+    assert (code, out) == (3, "") and "no schedule 'nope'" in err
