@@ -95,6 +95,7 @@ _ATTEMPT_MUTABLE = frozenset(
 )
 # State lists are SQL literals, never bound parameters: SQLite only uses the
 # partial index `runs_unfinished` when the query repeats its WHERE literally.
+_REQUEST_COLUMNS = "seq, kind, schedule_id, run_seq, payload, created_at, state, result, handled_at"
 _UNFINISHED = "state IN ('admitted', 'running', 'interrupted')"
 _EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
 _SCHEDULE_BLOCKED = (
@@ -551,14 +552,16 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         )
         return dict(rows.fetchall())
 
-    def executing_count(self) -> int:
+    def executing_count(self, host: str | None = None) -> int:
         """Scheduled runs holding an execution slot: running, or admitted and
         launchable. An admitted run of a blocked schedule cannot launch, so it
         waits without a slot until `resume` clears the block; manual runs
-        bypass capacity."""
+        bypass capacity. `host`: that host's slots only."""
+        only_host = "" if host is None else " AND host = ?"
         row = self._execute(
             f"SELECT COUNT(*) FROM runs r WHERE {_EXECUTING} AND kind = 'scheduled'"
-            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED})"
+            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED}){only_host}",
+            () if host is None else (host,),
         ).fetchone()
         return int(row[0])
 
@@ -715,24 +718,46 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
 
     def pending_requests(self, limit: int = 100) -> list[RequestRow]:
         rows = self._execute(
-            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
-            " handled_at FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
             (limit,),
+        )
+        return [RequestRow(*row) for row in rows]
+
+    def pending_run_requests(self, host: str, limit: int = 100) -> list[RequestRow]:
+        """Pending cancels and resumes of runs recorded on `host` (or on no
+        host: recorded before runs had hosts), oldest first: what that host's
+        agent carries out, whoever leads."""
+        columns = ", ".join(f"q.{name.strip()}" for name in _REQUEST_COLUMNS.split(","))
+        rows = self._execute(
+            f"SELECT {columns} FROM requests q JOIN runs r ON r.seq = q.run_seq"
+            " WHERE q.state = 'pending' AND q.kind IN ('cancel', 'resume')"
+            " AND (r.host = ? OR r.host IS NULL) ORDER BY q.seq LIMIT ?",
+            (host, limit),
         )
         return [RequestRow(*row) for row in rows]
 
     def get_request(self, seq: int) -> RequestRow | None:
         row = self._execute(
-            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
-            " handled_at FROM requests WHERE seq = ?",
-            (seq,),
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE seq = ?", (seq,)
         ).fetchone()
         return RequestRow(*row) if row else None
 
-    def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
-        self._write(
-            "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> bool:
+        """Answer a pending request; False (and nothing written) if it was
+        answered already: a request is answered once, by whoever gets there
+        first (its host's agent or the leader)."""
+        cursor = self._execute(
+            "UPDATE requests SET state = ?, result = ?, handled_at = ?"
+            " WHERE seq = ? AND state = 'pending'",
             (state, result, now, seq),
+        )
+        return bool(cursor.rowcount)
+
+    def note_request(self, seq: int, progress: str) -> None:
+        """What a pending request's handler has done so far (`result`, while
+        the request stays pending): a cancel that waits for its run to end."""
+        self._write(
+            "UPDATE requests SET result = ? WHERE seq = ? AND state = 'pending'", (progress, seq)
         )
 
     # -- supervisor bookkeeping --------------------------------------------------
