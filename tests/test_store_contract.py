@@ -313,7 +313,7 @@ def test_schedules_by_id_crosses_the_in_list_chunk(store: Store) -> None:
     assert sorted(found) == ids
     seq = admit(store, ids[-1], T0 + 60)
     assert store.active_run_counts(ids) == {ids[-1]: 1}
-    assert store.last_outcomes(ids) == {ids[-1]: "admitted"}
+    assert {key: run.state for key, run in store.last_runs(ids).items()} == {ids[-1]: "admitted"}
     assert store.get_run(seq) is not None
 
 
@@ -360,6 +360,12 @@ def test_occurrences_page_in_record_order_by_ledger_position(store: Store) -> No
     assert seen == [T0 + 60 * minute for minute in minutes]
     assert positions == sorted(set(positions))
     assert store.page_occurrences("other", None, 10) == []
+    backwards: list[int] = []
+    before: int | None = None
+    while page := store.page_occurrences("s", before, 2, newest_first=True):
+        backwards.extend(row.scheduled_at for row in page)
+        before = page[-1].ledger_pos
+    assert backwards == seen[::-1]
 
 
 def test_runs_page_newest_first_with_filters(store: Store) -> None:
@@ -372,6 +378,12 @@ def test_runs_page_newest_first_with_filters(store: Store) -> None:
     with store.atomic():
         store.update_run(seqs[0], state="failed", finished_at=T0 + 1)
     assert [run.seq for run in store.list_runs(state="failed")] == [seqs[0]]
+    oldest = store.list_runs(limit=2, oldest_first=True)
+    assert [run.seq for run in oldest] == seqs[:2]
+    after = store.list_runs(before_seq=seqs[1], limit=10, oldest_first=True)
+    assert [run.seq for run in after] == seqs[2:]
+    assert store.last_runs(["a", "b", "none"]).keys() == {"a", "b"}
+    assert store.last_runs(["a"])["a"].seq == seqs[4]
 
 
 # -- run and attempt lifecycle ----------------------------------------------------------

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wfsched.api.paging import decode_cursor, encode_cursor
+from wfsched.api.paging import decode_directed, encode_cursor
 from wfsched.api.run_hosts import host_row, resume_refusal, unreachable
 from wfsched.api.views import notification_view, run_view
 from wfsched.domain.config import SupervisorConfig
@@ -27,13 +27,17 @@ TAIL_BYTES = 64 * 1024
 """How much of the end of a log `runs show` reads to find its last lines."""
 
 
-def check_list_arguments(*, status: str | None, limit: int, cursor: str | None) -> int | None:
+def check_list_arguments(
+    *, status: str | None, limit: int, cursor: str | None, oldest_first: bool = False
+) -> int | None:
     """Refuse bad listing arguments (exit 2), store or no store; the cursor's key."""
     if not 1 <= limit <= MAX_PAGE:
         raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
     if status is not None and status not in RUN_STATES:
         raise UsageError(f"--status must be one of {', '.join(RUN_STATES)}")
-    return decode_cursor(cursor, "before")["before"] if cursor else None
+    if not cursor:
+        return None
+    return decode_directed(cursor, "before", "after", reverse=oldest_first)
 
 
 @dataclass(frozen=True)
@@ -178,15 +182,39 @@ class Runs:
         status: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        before = check_list_arguments(status=status, limit=limit, cursor=cursor)
+        """Newest first (`oldest_first`: the other way round), one page."""
+        start = check_list_arguments(
+            status=status, limit=limit, cursor=cursor, oldest_first=oldest_first
+        )
         with self.store.snapshot():
             rows = self.store.list_runs(
-                schedule_id=schedule_id, state=status, before_seq=before, limit=limit + 1
+                schedule_id=schedule_id,
+                state=status,
+                before_seq=start,
+                limit=limit + 1,
+                oldest_first=oldest_first,
             )
             items = [run_view(row, self.store.attempts(row.seq)) for row in rows[:limit]]
-        next_cursor = encode_cursor(before=rows[limit - 1].seq) if len(rows) > limit else None
+        next_cursor = None
+        if len(rows) > limit:
+            key = "after" if oldest_first else "before"
+            next_cursor = encode_cursor(**{key: rows[limit - 1].seq})
         return items, next_cursor
+
+    def latest_started(self, schedule_id: str) -> RunRow | None:
+        """The schedule's newest run that has started an attempt (so has logs):
+        newer runs still waiting for a slot have none yet."""
+        before: int | None = None
+        while True:
+            rows = self.store.list_runs(schedule_id=schedule_id, before_seq=before, limit=20)
+            for row in rows:
+                if row.attempt:
+                    return row
+            if len(rows) < 20:
+                return None
+            before = rows[-1].seq
 
     def log_file(self, text: str, *, attempt: int | None = None, stderr: bool = False) -> Path:
         """The attempt's log; an admitted run has none, and we do not invent one."""

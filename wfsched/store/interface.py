@@ -17,7 +17,8 @@ Guarantees every implementation keeps (the contract tests check each):
   (`consumed_through`) that moves back; the refusal is an exception raised
   from the write and rolls back the transaction it was in.
 - Paging is keyset paging: `page_occurrences` in record order by ledger
-  position; `list_runs` newest first by seq, before `before_seq`.
+  position; `list_runs` newest first by seq, before `before_seq`; each
+  also pages the other way round.
 """
 
 from __future__ import annotations
@@ -157,17 +158,18 @@ class Store(Protocol):
         ...
 
     def page_occurrences(
-        self, schedule_id: str, after: int | None, limit: int
+        self, schedule_id: str, after: int | None, limit: int, *, newest_first: bool = False
     ) -> list[OccurrenceRow]:
-        """In record order, after ledger position `after`: keyset paging on occurrences_ledger,
+        """In record order, after ledger position `after` (`newest_first`: in
+        reverse record order, before it): keyset paging on occurrences_ledger,
         so any page is an index seek, and a row written later always lands after every
         position already handed out."""
         ...
 
     def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None: ...
 
-    def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
-        """The newest run state per schedule (for `list`)."""
+    def last_runs(self, schedule_ids: Sequence[str]) -> dict[str, RunRow]:
+        """The newest run per schedule (for `list`)."""
         ...
 
     def insert_run(
@@ -214,8 +216,10 @@ class Store(Protocol):
         state: str | None = None,
         before_seq: int | None = None,
         limit: int = 50,
+        oldest_first: bool = False,
     ) -> list[RunRow]:
-        """Newest first; keyset paging on seq."""
+        """Newest first (`oldest_first`: oldest first, and `before_seq` is the
+        seq the page starts after); keyset paging on seq."""
         ...
 
     def unfinished_runs(self) -> list[RunRow]: ...

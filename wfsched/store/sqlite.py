@@ -400,36 +400,45 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         )
 
     def page_occurrences(
-        self, schedule_id: str, after: int | None, limit: int
+        self, schedule_id: str, after: int | None, limit: int, *, newest_first: bool = False
     ) -> list[OccurrenceRow]:
-        """In record order, after ledger position `after`: keyset paging on
-        occurrences_ledger, so any page is an index seek, and a row written
-        later always lands after every position already handed out."""
-        rows = self._execute(
-            f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos > ?"
-            " ORDER BY o.ledger_pos LIMIT ?",
-            (schedule_id, after if after is not None else -(2**62), limit),
-        )
+        """In record order, after ledger position `after` (`newest_first`: in
+        reverse record order, before it): keyset paging on occurrences_ledger,
+        so any page is an index seek, and a row written later always lands
+        after every position already handed out."""
+        if newest_first:
+            rows = self._execute(
+                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos < ?"
+                " ORDER BY o.ledger_pos DESC LIMIT ?",
+                (schedule_id, after if after is not None else 2**62, limit),
+            )
+        else:
+            rows = self._execute(
+                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos > ?"
+                " ORDER BY o.ledger_pos LIMIT ?",
+                (schedule_id, after if after is not None else -(2**62), limit),
+            )
         return [_occurrence(row) for row in rows]
 
     def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None:
         row = self._execute(f"{_OCCURRENCE_SELECT} WHERE o.run_seq = ?", (run_seq,)).fetchone()
         return _occurrence(row) if row else None
 
-    def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
-        """The newest run state per schedule (for `list`)."""
-        outcome: dict[str, str] = {}
+    def last_runs(self, schedule_ids: Sequence[str]) -> dict[str, RunRow]:
+        """The newest run per schedule (for `list`)."""
+        found: dict[str, RunRow] = {}
+        columns = ", ".join(f"r.{name.strip()}" for name in _RUN_COLUMNS.split(","))
         for chunk in chunked(schedule_ids):
             # A correlated MAX per schedule is one index seek each; a grouped
             # MAX would read every run of every schedule.
             rows = self._execute(
-                "SELECT s.id, r.state FROM schedules s JOIN runs r ON r.seq ="
+                f"SELECT {columns} FROM schedules s JOIN runs r ON r.seq ="
                 " (SELECT MAX(seq) FROM runs WHERE schedule_id = s.id)"
                 f" WHERE s.id IN ({_placeholders(chunk)})",
                 chunk,
             )
-            outcome.update(dict(rows.fetchall()))
-        return outcome
+            found.update((run.schedule_id, run) for run in (RunRow(*row) for row in rows))
+        return found
 
     # -- runs and attempts ----------------------------------------------------
 
@@ -496,8 +505,10 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         state: str | None = None,
         before_seq: int | None = None,
         limit: int = 50,
+        oldest_first: bool = False,
     ) -> list[RunRow]:
-        """Newest first; keyset paging on seq."""
+        """Newest first (`oldest_first`: oldest first, and `before_seq` is the
+        seq the page starts after); keyset paging on seq."""
         clauses: list[str] = []
         params: list[Any] = []
         if schedule_id is not None:
@@ -507,11 +518,13 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             clauses.append("state = ?")
             params.append(state)
         if before_seq is not None:
-            clauses.append("seq < ?")
+            clauses.append("seq > ?" if oldest_first else "seq < ?")
             params.append(before_seq)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = "" if oldest_first else " DESC"
         rows = self._execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC LIMIT ?", (*params, limit)
+            f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq{order} LIMIT ?",
+            (*params, limit),
         )
         return [RunRow(*row) for row in rows]
 
