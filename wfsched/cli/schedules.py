@@ -656,6 +656,12 @@ def status(state: CliState, as_json: bool) -> None:
             alive += " - STALE: no tick for 3 poll intervals"
         if supervisor["fault"]:
             alive += f" - FAULT since {supervisor['fault']['since']}"
+        drain = supervisor["draining"]
+        if drain:
+            alive += (
+                f" - DRAINING since {drain['since']} (host {drain['host']}): runs still"
+                f" executing are cancelled at {drain['cancel_at']}; done by {drain['until']}"
+            )
     else:
         alive = "not running; start one with `wfsched supervise`"
     due = info["next_due"]
