@@ -74,6 +74,8 @@ def test_a_server_restart_during_the_drain_is_ridden_out(
 
 
 def test_a_sqlite_store_locked_during_the_drain_is_ridden_out(tmp_path: Path) -> None:
+    """Locked for 10 s, past the cancelled run's kill_grace + 5 s: the drain
+    keeps retrying (drain_record_window) instead of leaving the run `running`."""
     store = tmp_path / "store"
     store.mkdir(mode=0o700)
     (store / "config.toml").write_text("busy_timeout = 0.3\n")
@@ -89,7 +91,7 @@ def test_a_sqlite_store_locked_during_the_drain_is_ridden_out(tmp_path: Path) ->
             "time.sleep(float(sys.argv[2]))\n"
             "db.execute('ROLLBACK')\n",
             str(store / "wfsched.db"),
-            "4",
+            "10",
         ],
         stdout=subprocess.PIPE,
         text=True,
