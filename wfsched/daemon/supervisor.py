@@ -2932,7 +2932,8 @@ def _supervise(
         leadership.executing = lambda: len(supervisor.watches)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, supervisor.request_stop)
-        supervisor.stop_requested = bool(early) or stopped()
+        supervisor.stop_signals = len(early) or int(stopped())
+        supervisor.stop_requested = bool(supervisor.stop_signals)
         try:
             supervisor.serve()
             if supervisor.unrecorded:
