@@ -533,7 +533,7 @@ def test_drain_cancels_runs_left_after_drain_grace(
     h.tick_at(T0)
     _, handle = h.control.spec("run-000001")
 
-    def cancel(target: object) -> bool:
+    def cancel(target: object, reason: str | None = None) -> bool:
         h.control.cancelled.append(handle.pid)
         h.control.finish("run-000001", exit_code=None, outcome="cancelled", reason="cancelled")
         return True

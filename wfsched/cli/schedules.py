@@ -731,6 +731,8 @@ def status(state: CliState, as_json: bool) -> None:
             alive += " - STALE: no tick for 3 poll intervals"
         if supervisor["fault"]:
             alive += f" - FAULT since {supervisor['fault']['since']}"
+        if supervisor["draining"]:
+            alive += " - DRAINING"
     else:
         alive = "not running; start one with `wfsched supervise`"
     due = info["next_due"]
@@ -742,6 +744,14 @@ def status(state: CliState, as_json: bool) -> None:
     if info["executing_manual"]:
         executing += f" (+{info['executing_manual']} manual, outside capacity)"
     output.add_row(grid, "executing", executing)
+    drain = supervisor["draining"]
+    if drain:
+        output.add_row(
+            grid,
+            "draining",
+            f"since {drain['since']}; what still runs is cancelled at {drain['cancel_at']};"
+            f" done by {drain['until']} at the latest",
+        )
     if info["waiting_for_unblock"]:
         output.add_row(
             grid,

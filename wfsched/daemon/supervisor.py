@@ -46,7 +46,14 @@ from wfsched.domain.timeutil import (
     occurrence_id,
     wall_clock,
 )
-from wfsched.errors import ConflictError, LeaseLost, StoreUnavailable, UsageError, WfschedError
+from wfsched.errors import (
+    ConflictError,
+    LeaseLost,
+    OperationError,
+    StoreUnavailable,
+    UsageError,
+    WfschedError,
+)
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
@@ -152,6 +159,12 @@ logged) after this many ticks, so one broken definition cannot loop."""
 LAUNCHER_BACKOFF_FIRST = 0.1
 LAUNCHER_BACKOFF_MAX = 5.0
 """Seconds between attempts to start a replacement launcher (doubling)."""
+NOT_LAUNCHED_AT_DRAIN = "not started: no launcher was up before the supervisor shut down"
+KILL_SLACK = 5.0
+"""Seconds past a cancelled run's kill_grace for its keeper to reap the
+group and write the exit record, before a drain stops waiting for it."""
+DRAIN_PROGRESS_INTERVAL = 10.0
+"""Seconds between a drain's progress lines while nothing changes."""
 NEVER_STARTED = (
     "not started: its run keeper died before starting the command; the command never ran"
 )
@@ -235,6 +248,10 @@ class Watch:
     lost_launches: int = 0
     read_faults: int = 0
     """Reads of its records that failed with a resource error (EIO...)."""
+    kill_grace: int = 0
+    """Its frozen invocation's kill_grace, known from the launch or the run
+    row it was adopted from: terminating it (a drain's cancel, an ending
+    without a record) needs no store read, so a store fault cannot stop it."""
 
 
 class _Unheld(Exception):
@@ -416,6 +433,10 @@ class Supervisor:
         request was answered (`_say`), not between its commit and the spawn."""
         self.draining = False
         self.stop_requested = False
+        self.stop_signals = 0
+        """Stop signals received; a second one during the drain cancels at once."""
+        self.unrecorded: list[int] = []
+        """Runs whose ends the drain could not record by its deadline."""
         self.wake_now = False
         self.leadership = leadership or Leadership(None, config.lease, config.lease_renew)
         """Who leads (`wfsched.daemon.leadership`); without a lease (SQLite, or a
@@ -456,6 +477,8 @@ class Supervisor:
         finds the lease held starts leading."""
         if not self.leadership.fenced:
             self.announce()
+        # A drain this host's last supervisor did not finish is over.
+        self.store.set_draining(self.config.host, None)
         self.observer.started(self.store)
         if self.leadership.fenced:
             self.observer.leadership(False, None)
@@ -614,7 +637,9 @@ class Supervisor:
         self.notifier.send("STATUS=standby")
 
     def request_stop(self, *_: Any) -> None:
-        """Signal handler: only sets the flag; the loop does the work."""
+        """Signal handler: only sets the flag and counts (a second signal
+        cuts a drain short); the loop does the work."""
+        self.stop_signals += 1
         self.stop_requested = True
 
     def _wait(self, timeout: float) -> None:
@@ -623,7 +648,9 @@ class Supervisor:
             self.wake_now = True
 
     def _stopping(self) -> bool:
-        return self.stop_requested
+        """What ends a sleep early: a stop signal; during the drain, which
+        sleeps while runs end, only a second one."""
+        return self._hurried() if self.draining else self.stop_requested
 
     def _sleep_seconds(self) -> tuple[float, bool]:
         """Until the next due instant, capped by the poll interval; and
@@ -1680,8 +1707,16 @@ class Supervisor:
         try:
             self._focus = {"runs": ",".join(run.run_id for run, *_ in prepared)}
             watches = [
-                Watch(run.seq, run.schedule_id, attempt, records, None, False)
-                for run, _, _, records in prepared
+                Watch(
+                    run.seq,
+                    run.schedule_id,
+                    attempt,
+                    records,
+                    None,
+                    False,
+                    kill_grace=invocation.kill_grace,
+                )
+                for run, invocation, _, records in prepared
             ]
             try:
                 for point in points:
@@ -2211,8 +2246,7 @@ class Supervisor:
         if watch.kill_at is None:
             if not self.control.signal_session(watch.handle, signal.SIGTERM):
                 return True
-            run = self.store.get_run(watch.run_seq)
-            grace = run.frozen.kill_grace if run is not None else 0
+            grace = watch.kill_grace
             watch.kill_at = now + grace
             self.log("terminating", run=run_id(watch.run_seq), session=sid, grace=grace)
             return False
@@ -2662,7 +2696,15 @@ class Supervisor:
             # Launched by a version that kept records in the attempt directory
             # (every launch now creates its record directory before marking).
             directory = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
-        watch = Watch(run.seq, run.schedule_id, run.attempt, str(directory), handle, True)
+        watch = Watch(
+            run.seq,
+            run.schedule_id,
+            run.attempt,
+            str(directory),
+            handle,
+            True,
+            kill_grace=_frozen_kill_grace(run),
+        )
         self._watch(watch)
         ending = self._examine_at_recovery(watch)
         if ending is None:
@@ -2704,7 +2746,15 @@ class Supervisor:
         directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
         if not directory.exists():
             return
-        watch = Watch(run.seq, run.schedule_id, run.attempt, str(directory), handle, True)
+        watch = Watch(
+            run.seq,
+            run.schedule_id,
+            run.attempt,
+            str(directory),
+            handle,
+            True,
+            kill_grace=_frozen_kill_grace(run),
+        )
         if CANCEL_UNREACHED in (run.reason or ""):
             # An operator cancelled it while this host was lost: carried out now.
             watch.cancel_reason = "cancelled"
@@ -2720,7 +2770,19 @@ class Supervisor:
 
     def drain(self) -> None:
         """Stop admitting, let executing runs finish within drain_grace, then
-        cancel what is left and record it."""
+        cancel what is left and record it; a second stop signal cancels at
+        once. Everything it writes goes through the phases' fault handling,
+        as the loop's writes do: a store fault during the drain is an
+        episode, and the drain keeps the ends it could not record (in the
+        exit records on disk, the cancel reason in them too) and retries
+        until they are recorded or its deadline passes.
+
+        Its deadline (docs/operations.md, "Stopping"): drain_grace, then the
+        longest kill_grace of the cancelled runs plus KILL_SLACK, then,
+        while a store fault episode is open, drain_record_window more. What
+        is still unrecorded then is logged run by run (`drain-left`) and
+        named by `unrecorded` for the exit status; the next start records
+        it from its exit record (re-adopted, never failed as abandoned)."""
         self.draining = True
         if self.leadership.fenced:
             # The lease goes first (a standby leads within a second); this
@@ -2729,7 +2791,12 @@ class Supervisor:
                 self._step_down("shutting down")
             self.leadership.stop(release=True)
         self.notifier.send("STOPPING=1", "STATUS=draining")
-        self.log("draining", executing=len(self.watches))
+        grace = self.config.drain_grace
+        started = time.monotonic()
+        longest = max((watch.kill_grace for watch in self.watches.values()), default=0)
+        gives_up = grace + longest + KILL_SLACK + self.config.drain_record_window
+        self._phase("liveness", self._mark_draining, grace, gives_up)
+        self.log("draining", executing=len(self.watches), grace=f"{grace:g}s")
         for watch in self.watches.values():
             if watch.spec is not None:
                 # Settled as a lost launch that started nothing, by the
@@ -2738,28 +2805,77 @@ class Supervisor:
                 watch.spec = None
                 watch.adopted = watch.lost_launch = True
                 if watch.never_started == NEVER_STARTED:
-                    watch.never_started = (
-                        "not started: no launcher was up before the supervisor shut down"
-                    )
-        self._wait_for_watches(self.config.drain_grace)
+                    watch.never_started = NOT_LAUNCHED_AT_DRAIN
+        hurried = self._drain_wait(started + grace, None, hurry=True)
         if self.watches:
-            longest_grace = 0
-            for watch in self.watches.values():
-                watch.cancel_reason = (
-                    f"cancelled: the supervisor shut down and drain_grace"
-                    f" ({self.config.drain_grace:g}s) expired"
-                )
-                if watch.handle is not None:
-                    self.control.cancel(watch.handle)
-                run = self.store.get_run(watch.run_seq)
-                if run is not None:
-                    longest_grace = max(longest_grace, run.frozen.kill_grace)
-            self._wait_for_watches(longest_grace + 5)
-        self.log("drained", left=len(self.watches))
+            longest = self._cancel_for_drain(hurried)
+            cancelled = time.monotonic() + longest + KILL_SLACK
+            self._drain_wait(cancelled, cancelled + self.config.drain_record_window, hurry=False)
+        self.unrecorded = sorted(self.watches)
+        for seq in self.unrecorded:
+            watch = self.watches[seq]
+            ended = seq in self._reaped or watch.ending is not None
+            self.log(
+                "drain-left",
+                run=run_id(seq),
+                schedule=watch.schedule_id,
+                state="ended" if ended else "terminating",
+                reason=watch.cancel_reason,
+            )
+        if not self.unrecorded:
+            self._phase("liveness", self.store.set_draining, self.config.host, None)
+        self.log("drained", left=len(self.unrecorded))
 
-    def _wait_for_watches(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
+    def _mark_draining(self, grace: float, gives_up: float) -> None:
+        """What `status` shows while this host drains: since when, when what
+        still runs is cancelled, when the drain gives up at the latest."""
+        now = self.clock()
+        state = {
+            "pid": os.getpid(),
+            "since": now,
+            "cancel_at": now + grace,
+            "until": now + gives_up,
+        }
+        self.store.set_draining(self.config.host, json.dumps(state))
+
+    def _cancel_for_drain(self, hurried: bool) -> int:
+        """Cancel every run still executing (the keeper terminates each
+        group: SIGTERM, its kill_grace, SIGKILL; no store needed); the
+        longest kill_grace among them."""
+        if hurried:
+            reason = "cancelled: the supervisor shut down and a second stop signal ended the drain"
+            why = "a second stop signal"
+        else:
+            reason = (
+                f"cancelled: the supervisor shut down and drain_grace"
+                f" ({self.config.drain_grace:g}s) expired"
+            )
+            why = f"drain_grace ({self.config.drain_grace:g}s) expired"
+        longest = 0
+        running = [watch for seq, watch in self.watches.items() if not self._ended(seq)]
+        self.log("drain-cancel", runs=len(running), why=why)
+        for watch in self.watches.values():
+            watch.cancel_reason = reason
+            longest = max(longest, watch.kill_grace)
+            if watch.handle is not None:
+                self.control.cancel(watch.handle, reason)
+        return longest
+
+    def _ended(self, seq: int) -> bool:
+        """Whether a watched run is known to have ended (recorded or not)."""
+        return seq in self._reaped or self.watches[seq].ending is not None
+
+    def _drain_wait(self, until: float, record_until: float | None, *, hurry: bool) -> bool:
+        """Watch and record the runs until none is left or `until` passes
+        (monotonic); while a store fault episode is open, until
+        `record_until` instead (the ends known, not yet recorded). A progress
+        line whenever a run ends and every DRAIN_PROGRESS_INTERVAL. With
+        `hurry`, a second stop signal ends the wait: True then."""
+        told = (-1, -1)
+        next_progress = 0.0
         while self.watches:
+            if hurry and self._hurried():
+                return True
             if self._store_usable():
                 self._phase("ingestion", self.ingest_exits)
                 self._phase("requests", self.handle_requests)
@@ -2767,13 +2883,31 @@ class Supervisor:
             else:
                 self._phase("watch", self._collect_reaped)
             self._phase("metrics", self.observer.ticked, None)
-            remaining = deadline - time.monotonic()
-            if not self.watches or remaining <= 0:
-                return
+            now = time.monotonic()
+            episode = self.errors.episode
+            end = until
+            if record_until is not None and episode is not None and episode.holds_store:
+                end = record_until
+            if not self.watches or now >= end:
+                return False
+            ended = sum(1 for seq in self.watches if self._ended(seq))
+            counts = (len(self.watches) - ended, ended)
+            if counts != told or now >= next_progress:
+                told, next_progress = counts, now + DRAIN_PROGRESS_INTERVAL
+                self.log(
+                    "drain-progress",
+                    executing=counts[0],
+                    unrecorded=counts[1],
+                    wait=f"{math.ceil(end - now)}s",
+                )
             if self._waiter is None:
-                time.sleep(min(0.05, remaining))
+                time.sleep(min(0.05, end - now))
             else:
-                self._wait(min(0.25, remaining))
+                self._wait(min(0.25, end - now))
+        return False
+
+    def _hurried(self) -> bool:
+        return self.stop_signals >= 2
 
 
 def _finished_answer(run: RunRow) -> str:
@@ -2796,6 +2930,15 @@ def _stored_handle(attempt: AttemptRow) -> ShimHandle | None:
     if attempt.shim_pid is None or attempt.shim_start_time is None:
         return None
     return ShimHandle(attempt.shim_pid, attempt.shim_start_time)
+
+
+def _frozen_kill_grace(run: RunRow) -> int:
+    """An adopted run's kill_grace. A damaged frozen invocation must not stop
+    recovery (its run fails closed when it ends): it is terminated at once."""
+    try:
+        return run.frozen.kill_grace
+    except (ValueError, KeyError):
+        return 0
 
 
 def _built(spec: LaunchSpec) -> Callable[[], LaunchSpec]:
@@ -2957,9 +3100,12 @@ def _supervise(
         leadership.executing = lambda: len(supervisor.watches)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, supervisor.request_stop)
-        supervisor.stop_requested = bool(early) or stopped()
+        supervisor.stop_signals = len(early) or int(stopped())
+        supervisor.stop_requested = bool(supervisor.stop_signals)
         try:
             supervisor.serve()
+            if supervisor.unrecorded:
+                raise OperationError(_unrecorded_message(supervisor.unrecorded))
         finally:
             signal.set_wakeup_fd(-1)
             supervisor.notifier.close()
@@ -2969,6 +3115,17 @@ def _supervise(
         control.stop()
         if ownership is not None:
             ownership.release()
+
+
+def _unrecorded_message(seqs: list[int]) -> str:
+    """The drain's last word when the store never answered in time."""
+    ids = ", ".join(run_id(seq) for seq in seqs)
+    runs = "run" if len(seqs) == 1 else "runs"
+    return (
+        f"the drain could not record the end of {len(seqs)} {runs} ({ids}) before its"
+        " deadline: the store did not answer; their exits are kept in their run"
+        " directories, and the next `wfsched supervise` on this host records them"
+    )
 
 
 def _prepare_runs_dir(path: Path) -> None:

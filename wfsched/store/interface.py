@@ -335,6 +335,15 @@ class Store(Protocol):
 
     def get_meta(self, key: str) -> str | None: ...
 
+    def set_draining(self, host: str, state: str | None) -> None:
+        """Record that `host`'s supervisor drains (`state`: its JSON), or
+        no longer does (None); what `status` reports as `draining`."""
+        ...
+
+    def draining_hosts(self) -> dict[str, str]:
+        """The drain states `set_draining` recorded, by host."""
+        ...
+
     def ensure_connected(self) -> bool:
         """Reconnect if the connection to the database was lost (True if it
         did; an owner takes ownership again, ConflictError if another

@@ -48,6 +48,8 @@ DB_NAME = "wfsched.db"
 LOCK_NAME = "supervisor.lock"
 RUNS_DIR = "runs"
 BUSY_TIMEOUT_MS = 15000
+DRAINING_PREFIX = "draining:"
+"""Meta keys `draining:<host>`: a supervisor draining on that host (`set_draining`)."""
 
 _SCHEDULE_COLUMNS = (
     "id, revision, definition, created_at, updated_at, paused, deleted_at, exhausted,"
@@ -853,6 +855,24 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def set_draining(self, host: str, state: str | None) -> None:
+        """Say that `host`'s supervisor drains (`state`, its JSON: pid, since,
+        until), or no longer does (None). One meta row per host, so two
+        hosts draining at once never overwrite each other's."""
+        key = DRAINING_PREFIX + host
+        with self.atomic():
+            if state is None:
+                self._write("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                self.set_meta(**{key: state})
+
+    def draining_hosts(self) -> dict[str, str]:
+        """Every host's drain state written by `set_draining`, by host."""
+        rows = self._execute(
+            "SELECT key, value FROM meta WHERE key LIKE ?", (DRAINING_PREFIX + "%",)
+        ).fetchall()
+        return {key.removeprefix(DRAINING_PREFIX): value for key, value in rows}
 
     def supervisor_pid(self) -> int | None:
         """The pid holding the store's supervisor.lock, from the kernel's lock table."""
