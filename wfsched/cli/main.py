@@ -162,7 +162,7 @@ def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
 COMMAND_MODULES = {
     "wfsched.cli.schedules": (
         "validate", "create", "apply", "get", "list", "update", "edit", "pause", "resume",
-        "delete", "next", "occurrences", "status",
+        "delete", "undelete", "next", "occurrences", "status",
     ),
     "wfsched.cli.runs": ("runs", "trigger"),
     "wfsched.cli.supervise": ("supervise",),

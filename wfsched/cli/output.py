@@ -81,6 +81,11 @@ def printable(value: str) -> str:
     return "".join(out)
 
 
+def warn(message: str) -> None:
+    """One `wfsched: warning: ...` line on stderr (operator text escaped)."""
+    click.echo(printable(f"wfsched: warning: {message}"), err=True)
+
+
 def still_blocked(schedule_id: str, reason: str) -> None:
     """The stderr note after an update of a blocked schedule: the update
     succeeded, and the block (which only `resume` clears) is still there."""

@@ -1,5 +1,5 @@
 """Schedule commands: validate, create, apply, get, list, update, edit, pause,
-resume, delete, next, occurrences, status.
+resume, delete, undelete, next, occurrences, status.
 
 Each command parses its arguments, makes one call into `wfsched.api.admin.Admin`
 (or `wfsched.domain.definition` / `wfsched.api.status`), and renders the result; domain
@@ -59,32 +59,44 @@ def _next_due_text(view: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 @pass_state
-def validate(state: CliState, files: tuple[str, ...]) -> None:
-    """Check definition FILEs; write nothing. `-` reads stdin.
+def validate(state: CliState, paths: tuple[str, ...]) -> None:
+    """Check definition files and folders as `apply` would; write nothing.
 
-    Prints `ok FILE (ID)` per valid file and one error line per invalid file
-    (naming the file and the key path), then exits 2 if any was invalid.
-    Warns, without failing, when a command's executable is not found on the
-    current PATH or its cwd does not exist here: the supervisor checks both
-    again when each run is admitted.
+    PATHs are files or folders (only `*.toml` files count in folders, as
+    for `apply`); `-` reads stdin. Prints `ok FILE (ID)` per valid file and
+    one error line per invalid file (naming the file and the key path),
+    then exits 2 if any was invalid. An id defined in two files is an error
+    in both, as `apply` refuses it. The store is not read: an id that
+    belongs to a deleted schedule is `apply`'s warning (`deleted (left
+    alone)`). Warns, without failing, when a command's executable is not
+    found on the current PATH or its cwd does not exist here: the
+    supervisor checks both again when each run is admitted.
     """
-    from wfsched.errors import DefinitionErrors
+    import sys
 
-    errors: list[DefinitionError] = []
-    for file in files:
-        try:
-            defn = _load(state, file)
-        except DefinitionError as exc:
-            errors.append(exc)
-            continue
-        output.say(f"ok {file} ({defn.id})")
-        _warn_unlaunchable(file, defn)
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise DefinitionErrors(errors, len(files))
+    from wfsched.api.admin import STDIN_SOURCE, read_sources
+
+    sources = read_sources(
+        paths,
+        int(state.clock()),
+        {},
+        stdin=lambda: _read_stdin(sys.stdin.buffer),
+        as_given=True,
+    )
+    for defn, source, _digest in sources.parsed.values():
+        shown = "-" if source == STDIN_SOURCE else source
+        output.say(f"ok {shown} ({defn.id})")
+        _warn_unlaunchable(shown, defn)
+    sources.refuse_invalid("")
+
+
+def _read_stdin(stream: Any) -> bytes:
+    try:
+        return bytes(stream.read())
+    except OSError as exc:
+        raise DefinitionError("<stdin>", "", f"cannot read: {exc}") from None
 
 
 def _warn_unlaunchable(file: str, defn: Definition) -> None:
@@ -114,8 +126,9 @@ def _warn_unlaunchable(file: str, defn: Definition) -> None:
 def create(state: CliState, file: str) -> None:
     """Create a schedule at revision 1 from FILE (`-` reads stdin).
 
-    An id that exists, or that belonged to a deleted schedule, is refused
-    (exit 4): ids are never reused.
+    An id that exists, or that belongs to a deleted schedule, is refused
+    (exit 4): ids are never reused (`wfsched undelete ID` revives a deleted
+    one with its history).
     """
     defn = _load(state, file)
     view = state.admin(create=True).create(defn)
@@ -129,8 +142,15 @@ def create(state: CliState, file: str) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--prune", is_flag=True, help="Delete schedules that no file defines any more.")
 @click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse (exit 4, write nothing) a file whose id belongs to a deleted schedule.",
+)
 @pass_state
-def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -> None:
+def apply(
+    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool, strict: bool
+) -> None:
     """Make the store match the definitions under PATHs (files or folders).
 
     Creates new schedules, updates changed ones, keeps unchanged ones (only
@@ -140,17 +160,27 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     summary naming the store written to. Replacing a revision made by `edit`
     or `update` since the schedule was last applied warns on stderr, naming
     both revisions (the folder wins).
+
+    A file whose id belongs to a deleted schedule is reported as `deleted
+    (left alone) ID` with a warning, and the rest is applied (exit 0):
+    `wfsched undelete ID` revives it. With --strict that file is refused
+    instead (exit 4) and nothing is written.
     """
     with _cycle_collector_paused():
-        _report(state, _apply(state, paths, prune, dry_run), dry_run)
+        _report(state, _apply(state, paths, prune, dry_run, strict), dry_run)
 
 
 def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
+    from wfsched.api.admin import LEFT_ALONE
+
     tally = {"created": 0, "updated": 0, "unchanged": 0, "deleted": 0}
     lines = output.Lines()
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
         lines.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
+        if action.action == LEFT_ALONE:
+            lines.flush()
+            output.warn(left_alone_words(action))
         if action.blocked_reason and not dry_run:
             lines.flush()
             output.still_blocked(action.schedule_id, action.blocked_reason)
@@ -160,15 +190,17 @@ def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
             verb = "would replace" if dry_run else "replaced"
             click.echo(
                 f"wfsched: warning: {action.schedule_id}: apply {verb} revision {replaced},"
-                f" made by `edit` or `update` after revision {last} was applied from the"
-                f" folder, with revision {action.revision} from {action.source}",
+                f" made by `edit`, `update` or `undelete` after revision {last} was applied from"
+                f" the folder, with revision {action.revision} from {action.source}",
                 err=True,
             )
     lines.flush()
     if not actions:
         output.say("no definitions found")
         return
-    summary = ", ".join(f"{count} {name}" for name, count in tally.items())
+    summary = ", ".join(
+        f"{count} {name}" for name, count in tally.items() if count or name != LEFT_ALONE
+    )
     where = state.location().display
     output.say(
         f"{summary} (dry run: nothing written to {where})"
@@ -177,11 +209,25 @@ def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
     )
 
 
+def left_alone_words(action: ApplyAction) -> str:
+    """The warning for a file whose id belongs to a deleted schedule (`apply`
+    and `supervise --apply` say the same)."""
+    from wfsched.domain.timeutil import format_instant
+
+    assert action.deleted_at is not None
+    return (
+        f"{action.source}: id: {action.schedule_id!r} belongs to a schedule deleted at"
+        f" {format_instant(action.deleted_at)}; left alone, the rest is applied"
+        f" (`wfsched undelete {action.schedule_id}` revives it with its history;"
+        " `apply --strict` refuses such a file)"
+    )
+
+
 def _apply(
-    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool
+    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool, strict: bool
 ) -> list[ApplyAction]:
     if state.store(create=False) is not None:
-        return state.admin().apply(paths, prune=prune, dry_run=dry_run)
+        return state.admin().apply(paths, prune=prune, dry_run=dry_run, strict=strict)
     from wfsched.api.admin import load_sources
 
     # No store yet: every file is validated before one is created, so an
@@ -512,7 +558,8 @@ def resume(state: CliState, schedule_id: str) -> None:
 def delete(state: CliState, schedule_id: str) -> None:
     """Delete a schedule: no more admissions; runs finish, history stays.
 
-    The id can never be used again.
+    The id is never used for another schedule; `wfsched undelete ID`
+    revives this one.
     """
     _view, changed = state.admin().delete(schedule_id)
     if changed:
@@ -522,6 +569,24 @@ def delete(state: CliState, schedule_id: str) -> None:
         )
     else:
         output.say(f"{schedule_id} is already deleted")
+
+
+@click.command()
+@_id_argument()
+@pass_state
+def undelete(state: CliState, schedule_id: str) -> None:
+    """Revive a deleted schedule under its id and history (revision + 1).
+
+    Nothing is backfilled: the instants that fell due while it was deleted
+    are recorded as one `skipped-paused` row (reason `deleted`), and it
+    continues from the next future instant. One paused or blocked when it
+    was deleted comes back paused or blocked. Idempotent.
+    """
+    view, changed = state.admin().undelete(schedule_id)
+    if changed:
+        output.say(f"undeleted {schedule_id} (revision {view['revision']}); {_next_due_text(view)}")
+    else:
+        output.say(f"{schedule_id} is not deleted")
 
 
 # ---------------------------------------------------------------------- next
@@ -755,6 +820,7 @@ COMMANDS = (
     pause,
     resume,
     delete,
+    undelete,
     next_,
     occurrences,
     status,
