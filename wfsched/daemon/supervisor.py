@@ -60,6 +60,7 @@ from wfsched.process.launcher import (
     ShimHandle,
 )
 from wfsched.store import (
+    DB_NAME,
     LOCK_NAME,
     AttemptRow,
     RequestRow,
@@ -86,6 +87,7 @@ from wfsched.store.rundirs import (
     records_root,
 )
 from wfsched.store.runtime_file import FaultFile, fault_path
+from wfsched.store.sqlite import check_database_file
 
 HOST_LOST_PREFIX = "abandoned: its host "
 HOST_LOST = HOST_LOST_PREFIX + (
@@ -2739,6 +2741,10 @@ def _supervise(
     first: the launcher already writes in the store's local directory."""
     if location.runs_dir is not None:
         _prepare_runs_dir(location.runs_dir)
+    if location.path is not None:
+        # A file that is no database refuses the start before the keeper,
+        # the lock or the runs root leaves a file beside it.
+        check_database_file(location.path / DB_NAME)
     control.start()
     if early or stopped():
         control.stop()
