@@ -1,6 +1,11 @@
 """The `wfsched` program: catch an early stop of `supervise` (see
 `wfsched.daemon.early_stop`) before importing the CLI, then run it.
 
+A Ctrl-C before click handles it (while the CLI is being imported, in the
+first milliseconds, or after the command while the process ends) is one
+line and exit 130, never a traceback: click's own handling only covers the
+command itself.
+
 When the command is done, every object the process still holds is frozen
 (`gc.freeze()`) before the interpreter exits. The interpreter's exit runs
 full garbage collections that walk every object the imports built, only for
@@ -19,16 +24,26 @@ explicitly (a commit is durable when it returns, never at exit).
 from __future__ import annotations
 
 import gc
+import os
 import sys
+
+INTERRUPTED = b"wfsched: error: interrupted\n"
 
 
 def main() -> None:
-    from wfsched.daemon import early_stop
-
-    early_stop.arm(sys.argv[1:])
-    from wfsched.cli.main import main as cli_main
-
     try:
-        cli_main()
-    finally:
-        gc.freeze()
+        from wfsched.daemon import early_stop
+
+        early_stop.arm(sys.argv[1:])
+        from wfsched.cli.main import main as cli_main
+
+        try:
+            cli_main()
+        finally:
+            gc.freeze()
+    except KeyboardInterrupt:
+        # Written with os.write: the stream layer may be what was interrupted.
+        try:
+            os.write(2, INTERRUPTED)
+        finally:
+            os._exit(130)

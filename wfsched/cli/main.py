@@ -84,9 +84,10 @@ class WfschedGroup(click.Group):
             _error(exc.format_message())
             return exc.exit_code
         except click.Abort as exc:
-            _error("aborted")
+            interrupted = isinstance(exc.__cause__, KeyboardInterrupt)
+            _error(state.interrupted if interrupted and state.interrupted else "aborted")
             # Ctrl-C is 128 + SIGINT, as a shell reports an interrupted command.
-            return 130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1
+            return 130 if interrupted else 1
         except BrokenPipeError:
             # `wfsched list | head`: the reader left; nothing more to say.
             _silence_stdout()

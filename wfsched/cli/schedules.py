@@ -19,6 +19,7 @@ import click
 
 from wfsched.cli import CliState, output, pass_state
 from wfsched.cli.complete import schedule_argument
+from wfsched.cli.params import MAX_COUNTER, Count
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
@@ -226,8 +227,43 @@ def left_alone_words(action: ApplyAction) -> str:
 def _apply(
     state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool, strict: bool
 ) -> list[ApplyAction]:
+    """The actions, committed; a Ctrl-C says whether they were (see
+    `wfsched.cli.interrupts`): before the commit it rolls everything back."""
+    if dry_run:
+        state.interrupted = "interrupted; nothing was written (dry run)"
+    else:
+        state.interrupted = "interrupted; nothing was written: the apply rolled back"
+    try:
+        actions = _apply_once(state, paths, prune, dry_run, strict)
+        if not dry_run:
+            state.interrupted = f"interrupted after the apply committed: {_done(actions)}"
+    finally:
+        state.interrupts.release()
+    return actions
+
+
+def _done(actions: list[ApplyAction]) -> str:
+    """`created 3000 schedules, updated 1`: what a committed apply changed."""
+    verbs = {"created": 0, "updated": 0, "deleted": 0}
+    for action in actions:
+        if action.action in verbs:
+            verbs[action.action] += 1
+    changed = [
+        f"{verb} {count} schedule{'s' if count != 1 else ''}"
+        for verb, count in verbs.items()
+        if count
+    ]
+    return ", ".join(changed) or "nothing needed to change"
+
+
+def _apply_once(
+    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool, strict: bool
+) -> list[ApplyAction]:
+    hold = state.interrupts.hold
     if state.store(create=False) is not None:
-        return state.admin().apply(paths, prune=prune, dry_run=dry_run, strict=strict)
+        return state.admin().apply(
+            paths, prune=prune, dry_run=dry_run, strict=strict, before_commit=hold
+        )
     from wfsched.api.admin import load_sources
 
     # No store yet: every file is validated before one is created, so an
@@ -235,7 +271,7 @@ def _apply(
     loaded = load_sources(paths, int(state.clock()), {}, prune=prune)
     if dry_run:
         return _dry_run_against_empty_store(state, paths, prune, loaded)
-    return state.admin(create=True).apply(paths, prune=prune, loaded=loaded)
+    return state.admin(create=True).apply(paths, prune=prune, loaded=loaded, before_commit=hold)
 
 
 @contextmanager
@@ -439,7 +475,7 @@ def _rejection_line(schedule_id: str, rejection: dict[str, Any]) -> str:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
     "--expected-revision",
-    type=click.IntRange(min=1),
+    type=Count(1, MAX_COUNTER),
     required=True,
     metavar="N",
     help="The revision you changed (from `get`); a stale one is refused (exit 4).",

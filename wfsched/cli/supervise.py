@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 import click
 
 from wfsched.cli import CliState, pass_state, runs_dir_option
-from wfsched.cli.params import Duration
+from wfsched.cli.params import Count, Duration
 from wfsched.daemon import early_stop
+from wfsched.domain.config import MAX_CONCURRENT_RUNS
 
 if TYPE_CHECKING:
     from wfsched.daemon.eventlog import EventLog
@@ -27,7 +28,11 @@ if TYPE_CHECKING:
     metavar="DURATION",
     help="Time between polls when nothing is due: seconds or <n>s|m|h|d. [1s]",
 )
-@click.option("--max-concurrent-runs", type=int, help="Scheduled runs executing at once. [4]")
+@click.option(
+    "--max-concurrent-runs",
+    type=Count(1, MAX_CONCURRENT_RUNS),
+    help=f"Scheduled runs executing at once (1-{MAX_CONCURRENT_RUNS:,}). [4]",
+)
 @click.option(
     "--drain-grace",
     type=Duration(),
