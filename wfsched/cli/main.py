@@ -170,6 +170,7 @@ COMMAND_MODULES = {
     "wfsched.cli.prune": ("prune",),
     "wfsched.cli.audit": ("audit",),
     "wfsched.cli.store": ("store",),
+    "wfsched.cli.requests": ("requests",),
 }  # fmt: skip
 """Which module registers which commands (its `register(group)`)."""
 

@@ -775,6 +775,13 @@ def status(state: CliState, as_json: bool) -> None:
             f"{info['waiting_for_unblock']} admitted, no slot until `wfsched resume` unblocks",
         )
     output.add_row(grid, "interrupted", info["interrupted"])
+    if info["pending_requests"]:
+        waiting_for = "the supervisor" if supervisor["running"] else "a supervisor to start"
+        output.add_row(
+            grid,
+            "pending requests",
+            f"{info['pending_requests']} waiting for {waiting_for} (`wfsched requests` lists them)",
+        )
     output.add_row(grid, "next due", f"{due['schedule_id']} at {due['at']}" if due else None)
     output.add_row(grid, "blocked", len(info["blocked"]))
     output.add_row(grid, "errors", _errors_line(info["errors"]))

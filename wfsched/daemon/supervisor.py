@@ -89,6 +89,12 @@ from wfsched.store.rundirs import (
 from wfsched.store.runtime_file import FaultFile, fault_path
 from wfsched.store.sqlite import check_database_file
 
+
+class RequestWithdrawn(Exception):
+    """The request was withdrawn (`wfsched requests cancel`) before this
+    supervisor's answer committed: the transaction that acted on it rolls back."""
+
+
 HOST_LOST_PREFIX = "abandoned: its host "
 HOST_LOST = HOST_LOST_PREFIX + (
     "{host} has sent no heartbeat since {since} (host_timeout {timeout:g}s);"
@@ -1559,9 +1565,7 @@ class Supervisor:
                 self.store.update_run(run.seq, host=self.config.host)
             for run, *_ in prepared:
                 if answer is not None:
-                    self.store.finish_request(
-                        answer.seq, "done", f"{run.run_id} attempt {attempt}", started
-                    )
+                    self._finish(answer.seq, "done", f"{run.run_id} attempt {attempt}", started)
         points = ("after-resume-mark",) if attempt > 1 else ("after-attempt-mark",)
         self._start_marked(prepared, attempt, resume_input, points, failure)
 
@@ -2388,6 +2392,10 @@ class Supervisor:
         }[request.kind]
         try:
             handler(request)
+        except RequestWithdrawn:
+            self._request_tries.pop(request.seq, None)
+            self.log("request-withdrawn", request=request.seq, kind=request.kind)
+            return
         except Exception as exc:
             if classify(exc, self.store.root) is not None:
                 raise  # a resource fault is an episode, not this request's try
@@ -2406,7 +2414,13 @@ class Supervisor:
 
     def _answer(self, request: RequestRow, state: str, result: str) -> None:
         with self.store.atomic():
-            self.store.finish_request(request.seq, state, result, self.clock())
+            self._finish(request.seq, state, result, self.clock())
+
+    def _finish(self, seq: int, state: str, result: str, now: float) -> None:
+        """Answer a request inside the transaction that acted on it; one
+        withdrawn meanwhile rolls that transaction back (RequestWithdrawn)."""
+        if not self.store.finish_request(seq, state, result, now):
+            raise RequestWithdrawn(seq)
 
     def _trigger(self, request: RequestRow) -> None:
         if self.draining:
@@ -2416,17 +2430,17 @@ class Supervisor:
         with self.store.atomic():
             row = self.store.get_schedule(request.schedule_id or "")
             if row is None or row.deleted_at is not None:
-                self.store.finish_request(
+                self._finish(
                     request.seq, "refused", f"schedule {request.schedule_id!r} is deleted", now
                 )
                 return
             defn = self.definitions.get(row)
             made = self._freeze(row, defn, int(request.created_at), "manual", now)
             if isinstance(made, Refusal):
-                self.store.finish_request(request.seq, "refused", made.reason, now)
+                self._finish(request.seq, "refused", made.reason, now)
                 return
             seq, _ = made
-            self.store.finish_request(request.seq, "done", run_id(seq), now)
+            self._finish(request.seq, "done", run_id(seq), now)
         self.log("admitted", schedule=row.id, run=run_id(seq), kind="manual")
         self._phase("launch", self.launch, [seq])
 
@@ -2461,17 +2475,18 @@ class Supervisor:
             return
         watch = self.watches.get(run.seq)
         if run.state == "running" and watch is not None and watch.spec is None:
+            # Answered first: a request withdrawn meanwhile cancels nothing.
+            self._answer(request, "done", f"{run.run_id} cancelling")
             # A shim whose pid is not known yet gets the cancel when it is.
             watch.cancel_reason = "cancelled"
             if watch.handle is not None:
                 self.control.cancel(watch.handle)
-            self._answer(request, "done", f"{run.run_id} cancelling")
             return
-        self._unwatch(run.seq)  # a marked attempt still waiting for a launcher
         now = self.clock()
         with self.store.atomic():
+            self._finish(request.seq, "done", f"{run.run_id} cancelled", now)
             self._mark_failed(run.seq, run.attempt or None, "cancelled", now)
-            self.store.finish_request(request.seq, "done", f"{run.run_id} cancelled", now)
+        self._unwatch(run.seq)  # a marked attempt still waiting for a launcher
         self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason="cancelled")
 

@@ -751,11 +751,15 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         ).fetchone()
         return RequestRow(*row) if row else None
 
-    def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
-        self._write(
-            "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> bool:
+        """Answer a request still pending; False (nothing written) when it is
+        not, e.g. withdrawn meanwhile: the caller rolls back what it did for it."""
+        row = self._execute(
+            "UPDATE requests SET state = ?, result = ?, handled_at = ?"
+            " WHERE seq = ? AND state = 'pending' RETURNING seq",
             (state, result, now, seq),
-        )
+        ).fetchone()
+        return row is not None
 
     # -- supervisor bookkeeping --------------------------------------------------
 
