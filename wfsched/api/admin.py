@@ -70,6 +70,8 @@ class ApplyAction:
     revision made outside the folder (by `edit` or `update`) since then."""
     deleted_at: float | None = None
     """When the schedule of a LEFT_ALONE file was deleted."""
+    advice: tuple[tuple[str, str], ...] = ()
+    """Warnings for a created or updated definition (`wfsched.domain.advice`)."""
 
 
 class Admin(Reads):
@@ -218,7 +220,9 @@ class Admin(Reads):
                 defn, source, digest = wanted[schedule_id]
                 row = existing.get(schedule_id)
                 if row is None:
-                    actions.append(ApplyAction(schedule_id, "created", 1, source))
+                    actions.append(
+                        ApplyAction(schedule_id, "created", 1, source, advice=_advice(defn, now))
+                    )
                     if not dry_run:
                         created.append(_new_schedule(defn, now, first_due))
                         applied_rows.append((schedule_id, 1, now, source, digest))
@@ -252,6 +256,7 @@ class Admin(Reads):
                         source,
                         blocked_reason=row.blocked_reason,
                         outside=outside,
+                        advice=_advice(defn, now),
                     )
                 )
                 if not dry_run:
@@ -680,6 +685,12 @@ def _new_schedule(
             first_due[key] = due
     next_due, exhausted = due
     return defn.id, canonical_json(defn), now, consumed, next_due, exhausted
+
+
+def _advice(defn: Definition, now: float) -> tuple[tuple[str, str], ...]:
+    from wfsched.domain.advice import advise
+
+    return tuple(advise(defn, int(now)))
 
 
 def _candidate(row: ScheduleRow) -> Candidate | None:

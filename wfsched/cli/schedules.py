@@ -90,6 +90,7 @@ def validate(state: CliState, paths: tuple[str, ...]) -> None:
         shown = "-" if source == STDIN_SOURCE else source
         output.say(f"ok {shown} ({defn.id})")
         _warn_unlaunchable(shown, defn)
+        _advise(state, shown, defn)
     sources.refuse_invalid("")
 
 
@@ -98,6 +99,12 @@ def _read_stdin(stream: Any) -> bytes:
         return bytes(stream.read())
     except OSError as exc:
         raise DefinitionError("<stdin>", "", f"cannot read: {exc}") from None
+
+
+def _advise(state: CliState, file: str, defn: Definition) -> None:
+    from wfsched.domain.advice import advise
+
+    output.advise(file, advise(defn, int(state.clock())))
 
 
 def _warn_unlaunchable(file: str, defn: Definition) -> None:
@@ -134,6 +141,7 @@ def create(state: CliState, file: str) -> None:
     defn = _load(state, file)
     view = state.admin(create=True).create(defn)
     output.say(f"created {view['id']} (revision {view['revision']}); {_next_due_text(view)}")
+    _advise(state, "<stdin>" if file == "-" else file, defn)
 
 
 # --------------------------------------------------------------------- apply
@@ -182,6 +190,9 @@ def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
         if action.action == LEFT_ALONE:
             lines.flush()
             output.warn(left_alone_words(action))
+        if action.advice:
+            lines.flush()
+            output.advise(action.source or action.schedule_id, action.advice)
         if action.blocked_reason and not dry_run:
             lines.flush()
             output.still_blocked(action.schedule_id, action.blocked_reason)
