@@ -5,6 +5,7 @@ wfsched version) still parses, validates and compares as before."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import wfsched.api.admin as admin_module
 import wfsched.domain.definition as definition_module
 from wfsched.api.admin import Admin
 from wfsched.domain.definition import parse_definition
-from wfsched.errors import ConflictError, DefinitionError
+from wfsched.errors import ConflictError, DefinitionErrors
 from wfsched.store import SQLiteStore
 
 
@@ -83,14 +84,16 @@ def test_new_bytes_or_a_new_path_are_parsed_and_then_remembered(
     assert parsed.take() == []
 
 
-def test_a_schedule_deleted_since_is_still_refused(
+def test_a_schedule_deleted_since_is_left_alone_or_refused_when_strict(
     admin: Admin, make_definition: Callable[..., Path]
 ) -> None:
     folder = make_definition("a").parent
     admin.apply([str(folder)])
     admin.delete("a")
-    with pytest.raises(ConflictError, match="'a' belonged to a schedule deleted"):
-        admin.apply([str(folder)])
+    (action,) = admin.apply([str(folder)])
+    assert (action.action, action.revision) == ("deleted (left alone)", 1)
+    with pytest.raises(ConflictError, match="'a' belongs to a schedule deleted"):
+        admin.apply([str(folder)], strict=True)
 
 
 def test_a_revision_made_outside_the_folder_is_replaced_and_reported(
@@ -134,8 +137,11 @@ def test_a_second_file_with_a_remembered_id_is_a_duplicate(
     folder = make_definition("a").parent
     admin.apply([str(folder)])
     write_toml("z-copy.toml", definition_text("a", cron="5 * * * *"))
-    with pytest.raises(DefinitionError, match=r"'a' is also defined in .*a\.toml"):
+    with pytest.raises(DefinitionErrors) as raised:
         admin.apply([str(folder)])
+    first, second = (str(error) for error in raised.value.errors)
+    assert re.search(r"a\.toml: id: 'a' is also defined in .*z-copy\.toml$", first)
+    assert re.search(r"z-copy\.toml: id: 'a' is also defined in .*/a\.toml$", second)
 
 
 def test_another_wfsched_version_parses_every_file_again(

@@ -189,7 +189,7 @@ def test_invalid_update_changes_nothing(
 def test_unreadable_file_is_named(run_cli: CliRun, tmp_path: Path) -> None:
     code, _, err = run_cli("validate", str(tmp_path / "absent.toml"))
     assert code == 2
-    assert_one_line_error(err, f"{tmp_path / 'absent.toml'}: cannot read")
+    assert_one_line_error(err, f"{tmp_path / 'absent.toml'}: no such file or directory")
 
 
 @pytest.mark.parametrize("command", ["validate", "create", "apply", "update", "stdin"])
@@ -296,8 +296,8 @@ def test_a_store_path_that_is_a_file_fails_cleanly(
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     code, _, err = run_cli("--store", str(blocker), "create", str(make_definition("x")))
-    assert code == 1
-    assert_one_line_error(err, "cannot open store")
+    assert code == 2
+    assert_one_line_error(err, f"store {blocker} is a file, not a directory")
 
 
 # --------------------------------------------- the real console script, as a shell sees it

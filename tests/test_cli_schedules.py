@@ -263,7 +263,7 @@ def test_create_of_a_deleted_id_is_a_conflict(run_cli: CliRun, created, store_pa
     assert run_cli("delete", "gone")[0] == 0
     code, _, err = run_cli("create", str(path))
     assert code == 4
-    assert "ids are never reused" in err
+    assert "belongs to a schedule deleted at" in err and "`wfsched undelete gone`" in err
     assert rows(store_path)["gone"].deleted_at is not None
 
 
@@ -494,16 +494,16 @@ def test_apply_to_an_existing_store_with_invalid_files_writes_nothing(
     assert rows(store_path) == before
 
 
-def test_apply_of_a_deleted_id_is_a_conflict_and_writes_nothing(
+def test_apply_strict_of_a_deleted_id_is_a_conflict_and_writes_nothing(
     run_cli: CliRun, make_definition: Callable[..., Path], store_path: Path
 ) -> None:
     gone = make_definition("gone")
     assert run_cli("apply", str(gone.parent))[0] == 0
     assert run_cli("delete", "gone")[0] == 0
     make_definition("newcomer")
-    code, out, err = run_cli("apply", str(gone.parent))
+    code, out, err = run_cli("apply", "--strict", str(gone.parent))
     assert code == 4 and out == ""
-    assert f"{gone}: id:" in err and "never reused" in err
+    assert f"{gone}: id:" in err and "--strict refuses it" in err
     assert set(rows(store_path)) == {"gone"}
 
 

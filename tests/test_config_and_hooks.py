@@ -35,7 +35,7 @@ class TestConfig:
         ("text", "key", "words"),
         [
             ("pol_interval = 1\n", "pol_interval", "unknown setting"),
-            ("max_concurrent_runs = 0\n", "max_concurrent_runs", ">= 1"),
+            ("max_concurrent_runs = 0\n", "max_concurrent_runs", "from 1 to 10,000"),
             ("max_concurrent_runs = true\n", "max_concurrent_runs", "number"),
             ('drain_grace = "soon"\n', "drain_grace", "not a duration"),
             ("on_failure = []\n", "on_failure", "argv"),

@@ -288,17 +288,17 @@ REJECTIONS: list[tuple[tuple[tuple[str, Any], ...], str, str]] = [
     (
         (("policy.overlap", "parallel"), ("policy.max_active_runs", 0)),
         "policy.max_active_runs",
-        "integer >= 1",
+        "integer from 1 to 10,000",
     ),
     (
         (("policy.overlap", "parallel"), ("policy.max_active_runs", True)),
         "policy.max_active_runs",
-        "integer >= 1",
+        "integer from 1 to 10,000",
     ),
     (
         (("policy.overlap", "parallel"), ("policy.max_active_runs", "3")),
         "policy.max_active_runs",
-        "integer >= 1",
+        "integer from 1 to 10,000",
     ),
     ((("policy.max_active_runs", 2),), "policy.max_active_runs", '(overlap is "skip")'),
     (

@@ -545,11 +545,12 @@ def test_apply_reports_every_invalid_file_and_writes_nothing(
     code, out, err = run_cli("apply", str(folder))
     assert (code, out) == (2, "")
     lines = err.splitlines()
-    assert len(lines) == 4, err
+    assert len(lines) == 5, err
     assert "bad1.toml: trigger.cron:" in lines[0]
     assert "bad2.toml: trigger.timezone:" in lines[1]
-    assert "twin.toml: id: 'fine' is also defined in" in lines[2]
-    assert lines[3] == ("wfsched: error: 3 of 4 definition files are invalid; nothing was written")
+    assert "fine.toml: id: 'fine' is also defined in" in lines[2]
+    assert "twin.toml: id: 'fine' is also defined in" in lines[3]
+    assert lines[4] == ("wfsched: error: 4 of 4 definition files are invalid; nothing was written")
     assert not store_path.exists()  # not even an empty store
 
 

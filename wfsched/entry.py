@@ -1,6 +1,12 @@
 """The `wfsched` program: catch an early stop of `supervise` (see
 `wfsched.daemon.early_stop`) before importing the CLI, then run it.
 
+A Ctrl-C before click handles it (while the CLI is being imported, in the
+first milliseconds, or after the command while the process ends) is one
+line and exit 130, never a traceback: click's own handling only covers the
+command itself. A reader that closes the pipe early (`wfsched runs | head
+-1`) is not an error either: exit 0, nothing on stderr.
+
 When the command is done, every object the process still holds is frozen
 (`gc.freeze()`) before the interpreter exits. The interpreter's exit runs
 full garbage collections that walk every object the imports built, only for
@@ -22,24 +28,33 @@ import gc
 import os
 import sys
 
+INTERRUPTED = b"wfsched: error: interrupted\n"
+
 
 def main() -> None:
-    from wfsched.daemon import early_stop
-
-    early_stop.arm(sys.argv[1:])
-    from wfsched.cli.main import main as cli_main
-
     try:
+        from wfsched.daemon import early_stop
+
+        early_stop.arm(sys.argv[1:])
+        from wfsched.cli.main import main as cli_main
+
         try:
-            cli_main()
+            try:
+                cli_main()
+            finally:
+                # Inside the try: output still buffered when the reader has
+                # left fails here, not in the interpreter's own flush at exit.
+                sys.stdout.flush()
+        except BrokenPipeError:
+            _reader_left()
         finally:
-            # Inside the try: output still buffered when the reader has left
-            # fails here, not in the interpreter's own flush at exit.
-            sys.stdout.flush()
-    except BrokenPipeError:
-        _reader_left()
-    finally:
-        gc.freeze()
+            gc.freeze()
+    except KeyboardInterrupt:
+        # Written with os.write: the stream layer may be what was interrupted.
+        try:
+            os.write(2, INTERRUPTED)
+        finally:
+            os._exit(130)
 
 
 def _reader_left() -> None:

@@ -8,7 +8,7 @@ two serialize. The clock is injected; nothing here reads the time itself.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,10 +53,14 @@ if TYPE_CHECKING:
 # itself: start-up time of read commands such as `wfsched list` matters.
 
 
+LEFT_ALONE = "deleted (left alone)"
+"""The apply action for a file whose id belongs to a deleted schedule."""
+
+
 @dataclass(frozen=True)
 class ApplyAction:
     schedule_id: str
-    action: str  # "created" | "updated" | "unchanged" | "deleted"
+    action: str  # "created" | "updated" | "unchanged" | "deleted" | LEFT_ALONE
     revision: int | None
     source: str | None
     blocked_reason: str | None = None
@@ -64,6 +68,8 @@ class ApplyAction:
     outside: tuple[int, int] | None = None
     """(revision last applied, revision replaced) when this apply replaces a
     revision made outside the folder (by `edit` or `update`) since then."""
+    deleted_at: float | None = None
+    """When the schedule of a LEFT_ALONE file was deleted."""
     advice: tuple[tuple[str, str], ...] = ()
     """Warnings for a created or updated definition (`wfsched.domain.advice`)."""
 
@@ -159,6 +165,9 @@ class Admin(Reads):
         prune: bool = False,
         dry_run: bool = False,
         loaded: Sources | None = None,
+        strict: bool = False,
+        skip_invalid: bool = False,
+        before_commit: Callable[[], None] | None = None,
     ) -> list[ApplyAction]:
         """Make the store match the definitions under `paths` (files or folders).
 
@@ -169,12 +178,28 @@ class Admin(Reads):
         unchanged without being parsed again (see `Sources`).
         `loaded`: what `load_sources` already read and validated (before the
         caller opened, and so created, the store).
+
+        A file whose id belongs to a deleted schedule is left alone (a
+        LEFT_ALONE action; the caller warns): a file put back by mistake
+        must not stop the rest, nor revive the schedule (`undelete` does
+        that). `strict` refuses it instead (ConflictError, nothing
+        written). `skip_invalid` (`supervise --apply`) applies the valid
+        files and leaves out the invalid ones (`Sources.invalid`, which the
+        caller reports) instead of refusing them all. `before_commit` is
+        called as the transaction's last step (the CLI holds Ctrl-C there,
+        so an interrupted apply either committed or wrote nothing).
         """
         now = self.clock()
         sources = (
             loaded
             if loaded is not None
-            else load_sources(paths, int(now), self.store.applied_sources(), prune=prune)
+            else load_sources(
+                paths,
+                int(now),
+                self.store.applied_sources(),
+                prune=prune,
+                skip_invalid=skip_invalid,
+            )
         )
         actions: list[ApplyAction] = []
         applied_rows: list[tuple[str, int, float, str | None, str | None]] = []
@@ -183,7 +208,7 @@ class Admin(Reads):
         with self.store.atomic():
             # Read again inside the transaction: an `edit` since the first
             # read makes its file one to parse and compare after all.
-            sources.recheck(self.store.applied_sources(), int(now))
+            sources.recheck(self.store.applied_sources(), int(now), skip_invalid=skip_invalid)
             wanted = sources.parsed
             existing = self.store.schedules_by_id(wanted)
             applied = self.store.applied_revisions(wanted)
@@ -203,7 +228,17 @@ class Admin(Reads):
                         applied_rows.append((schedule_id, 1, now, source, digest))
                     continue
                 if row.deleted_at is not None:
-                    raise ConflictError(f"{source}: id: {_taken(row)}")
+                    if strict:
+                        raise ConflictError(
+                            f"{source}: id: {_deleted_words(row)}; --strict refuses it, so"
+                            " nothing was written"
+                        )
+                    actions.append(
+                        ApplyAction(
+                            schedule_id, LEFT_ALONE, row.revision, source, deleted_at=row.deleted_at
+                        )
+                    )
+                    continue
                 if canonical_json(defn) == row.definition:
                     actions.append(ApplyAction(schedule_id, "unchanged", row.revision, source))
                     if not dry_run:
@@ -237,6 +272,8 @@ class Admin(Reads):
                         actions.append(ApplyAction(row.id, "deleted", row.revision, None))
                         if not dry_run:
                             self._delete(row, now)
+            if before_commit is not None:
+                before_commit()
         return actions
 
     # -- pause, resume, delete -------------------------------------------------------
@@ -334,6 +371,43 @@ class Admin(Reads):
             next_due=None,
         )
 
+    def undelete(self, schedule_id: str) -> tuple[dict[str, Any], bool]:
+        """Revive a deleted schedule under its id and history; (schedule, changed?).
+
+        Its definition comes back as revision + 1 (the revision history
+        shows the revival). Nothing is backfilled: the instants of the
+        span it spent deleted are consumed and recorded as one
+        `skipped-paused` row with reason `deleted` (a single instant gets a
+        row of its own), the operator's choice like a pause, not a miss,
+        so no missed-run alert fires for it. A schedule paused or blocked
+        when it was deleted comes back paused or blocked.
+        """
+        now = self.clock()
+        with self.store.atomic():
+            row = self.row(schedule_id)
+            if row.deleted_at is None:
+                return self.get(schedule_id), False
+            cal = self._calendar(row)
+            consumed = max(row.consumed_through, int(now))
+            span = span_between(cal, row.consumed_through, int(now))
+            if span is not None:
+                self._record(row, [span_entry(span, "skipped-paused", "deleted")], now)
+            next_due, exhausted = next_due_after(cal, consumed)
+            if row.paused or row.blocked_reason:
+                next_due = None
+            revision = row.revision + 1
+            self.store.update_schedule(
+                row.id,
+                revision=revision,
+                deleted_at=None,
+                updated_at=now,
+                consumed_through=consumed,
+                next_due=next_due,
+                exhausted=int(exhausted),
+            )
+            self.store.insert_revision(row.id, revision, row.definition, now, consumed)
+        return self.get(schedule_id), True
+
     # -- previews and history ------------------------------------------------------
 
     def next(
@@ -427,6 +501,7 @@ class Sources:
     `kept`: (revision, path, digest) of each file whose path and bytes are
     those apply last took the schedule from, at the revision the schedule
     still has: unchanged, without parsing (its bytes stay in `unparsed`).
+    `invalid`: what was wrong with each file left out (`read_sources`).
     """
 
     def __init__(self) -> None:
@@ -434,14 +509,45 @@ class Sources:
         self.parsed: dict[str, tuple[Definition, str, str]] = {}
         self.kept: dict[str, tuple[int, str, str]] = {}
         self.unparsed: dict[str, bytes] = {}
+        self.invalid: list[DefinitionError] = []
+        self.files = 0
+        """How many definition files were found."""
 
-    def recheck(self, known: dict[tuple[str, str], tuple[str, int]], now: int) -> None:
-        """Parse each kept file whose schedule changed since it was kept."""
+    def recheck(
+        self,
+        known: dict[tuple[str, str], tuple[str, int]],
+        now: int,
+        *,
+        skip_invalid: bool = False,
+    ) -> None:
+        """Parse each kept file whose schedule changed since it was kept
+        (`skip_invalid`: one that no longer validates is left out)."""
         for schedule_id, (revision, source, digest) in list(self.kept.items()):
             if known.get((source, digest)) != (schedule_id, revision):
-                defn = parse_definition_bytes(self.unparsed[schedule_id], source, now=now)
-                self.parsed[schedule_id] = (defn, source, digest)
                 del self.kept[schedule_id]
+                try:
+                    defn = parse_definition_bytes(self.unparsed[schedule_id], source, now=now)
+                except DefinitionError as exc:
+                    if not skip_invalid:
+                        raise
+                    self.invalid.append(exc)
+                    del self.ids[schedule_id]
+                    continue
+                self.parsed[schedule_id] = (defn, source, digest)
+
+    def drop(self, schedule_id: str) -> str:
+        """Leave a schedule's file out; its path."""
+        self.parsed.pop(schedule_id, None)
+        self.kept.pop(schedule_id, None)
+        self.unparsed.pop(schedule_id, None)
+        return self.ids.pop(schedule_id)
+
+    def refuse_invalid(self, outcome: str) -> None:
+        """Every invalid file in one error (`outcome` ends its summary line)."""
+        if len(self.invalid) == 1:
+            raise self.invalid[0]
+        if self.invalid:
+            raise DefinitionErrors(self.invalid, self.files, outcome)
 
 
 def load_sources(
@@ -450,33 +556,72 @@ def load_sources(
     known: dict[tuple[str, str], tuple[str, int]],
     *,
     prune: bool = False,
+    skip_invalid: bool = False,
+) -> Sources:
+    """`read_sources`, refusing every invalid file in one error unless
+    `skip_invalid` (then they are in `Sources.invalid`). It writes nothing:
+    called before a store exists, an apply with any invalid file leaves
+    nothing behind, not even a new empty store."""
+    sources = read_sources(paths, now, known)
+    if not skip_invalid:
+        sources.refuse_invalid("; nothing was written")
+    if prune and not sources.ids:
+        raise UsageError(
+            f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
+        )
+    return sources
+
+
+def read_sources(
+    paths: Sequence[str],
+    now: int,
+    known: dict[tuple[str, str], tuple[str, int]],
+    *,
+    stdin: Callable[[], bytes] | None = None,
+    as_given: bool = False,
 ) -> Sources:
     """Read and validate every definition file under `paths`, parsing only
     those not in `known` ((path, digest) -> (schedule id, revision), what
-    the store says apply last took each schedule from). It writes nothing:
-    called before a store exists, an apply with any invalid file leaves
-    nothing behind, not even a new empty store. Every invalid file is
-    reported in one error."""
+    the store says apply last took each schedule from). `validate` and
+    `apply` both read their files here, so they accept and refuse the same:
+    folders walked the same way, only `*.toml` files in them, and an id
+    defined in two files refused in both (neither file says which is meant).
+    Invalid files are collected in `Sources.invalid`, never raised; a path
+    that does not exist is a usage error. `stdin`: reads the bytes of `-`
+    (`validate -`); without it `-` is a path like any other. `as_given`:
+    a file named directly is named as written (`validate`'s output),
+    not by its real path (which `apply` remembers it by)."""
     # Ordered and de-duplicated by real path. Plain strings, not Paths:
     # hashing and deriving Paths was most of an unchanged apply's cost.
     files: dict[str, None] = {}
+    shown: dict[str, str] = {}
     real_dirs: dict[str, str] = {}
     for given in paths:
         path = Path(given)
-        if path.is_dir():
+        if given == "-" and stdin is not None:
+            files.setdefault(STDIN_SOURCE, None)
+        elif path.is_dir():
             for entry in _toml_entries(given):
                 real = _real_file(entry, real_dirs)
                 if real is not None:
                     files.setdefault(real, None)
         elif path.exists():
-            files.setdefault(str(path.resolve()), None)
+            real = str(path.resolve())
+            files.setdefault(real, None)
+            if as_given:
+                shown.setdefault(real, given)
         else:
             raise UsageError(f"{given}: no such file or directory")
     sources = Sources()
-    errors: list[DefinitionError] = []
-    for source in files:
+    sources.files = len(files)
+    twice: dict[str, list[str]] = {}
+    for real in files:
+        source = shown.get(real, real)
         try:
-            data = read_definition_bytes(source)
+            if source == STDIN_SOURCE and stdin is not None:
+                data = stdin()
+            else:
+                data = read_definition_bytes(real)
             digest = source_digest(data)
             found = known.get((source, digest))
             if found is not None:
@@ -485,13 +630,10 @@ def load_sources(
                 defn = parse_definition_bytes(data, source, now=now)
                 schedule_id = defn.id
         except DefinitionError as exc:
-            errors.append(exc)
+            sources.invalid.append(exc)
             continue
-        first = sources.ids.get(schedule_id)
-        if first is not None:
-            errors.append(
-                DefinitionError(source, "id", f"{schedule_id!r} is also defined in {first}")
-            )
+        if schedule_id in sources.ids or schedule_id in twice:
+            twice.setdefault(schedule_id, []).append(source)
             continue
         sources.ids[schedule_id] = source
         if found is not None:
@@ -499,16 +641,18 @@ def load_sources(
             sources.unparsed[schedule_id] = data
         else:
             sources.parsed[schedule_id] = (defn, source, digest)
-    # Every invalid file is reported in one pass; nothing is written.
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise DefinitionErrors(errors, len(files), "; nothing was written")
-    if prune and not sources.ids:
-        raise UsageError(
-            f"no definitions under {', '.join(paths)}; refusing to --prune every schedule"
-        )
+    for schedule_id, others in twice.items():
+        named = [sources.drop(schedule_id), *others]
+        for source in named:
+            elsewhere = ", ".join(other for other in named if other != source)
+            sources.invalid.append(
+                DefinitionError(source, "id", f"{schedule_id!r} is also defined in {elsewhere}")
+            )
     return sources
+
+
+STDIN_SOURCE = "<stdin>"
+"""How errors name a definition read from standard input."""
 
 
 class _Unlistable:
@@ -567,11 +711,16 @@ def _candidate(row: ScheduleRow) -> Candidate | None:
 
 def _taken(row: ScheduleRow) -> str:
     if row.deleted_at is not None:
-        return (
-            f"{row.id!r} belonged to a schedule deleted at {format_instant(row.deleted_at)};"
-            " ids are never reused, choose another"
-        )
+        return _deleted_words(row)
     return f"{row.id!r} already exists (revision {row.revision}); use `wfsched update`"
+
+
+def _deleted_words(row: ScheduleRow) -> str:
+    assert row.deleted_at is not None
+    return (
+        f"{row.id!r} belongs to a schedule deleted at {format_instant(row.deleted_at)};"
+        f" `wfsched undelete {row.id}` revives it with its history, or choose another id"
+    )
 
 
 def _refuse_deleted(row: ScheduleRow, operation: str) -> None:

@@ -5,6 +5,7 @@ poll interval."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from dataclasses import dataclass
@@ -15,9 +16,9 @@ from wfsched.api.paging import decode_directed, encode_cursor
 from wfsched.api.run_hosts import host_row, resume_refusal, unreachable
 from wfsched.api.views import notification_view, run_view
 from wfsched.domain.config import SupervisorConfig
-from wfsched.domain.timeutil import Clock, format_event, wall_clock
+from wfsched.domain.timeutil import Clock, format_event, format_instant, wall_clock
 from wfsched.errors import ConflictError, NotFoundError, OperationError, UsageError
-from wfsched.store import RequestRow, RunRow, Store, parse_run_id
+from wfsched.store import RequestRow, RunRow, Store, parse_run_id, run_id
 from wfsched.store.rundirs import NO_RESUME_INPUT, RunDir, log_truncation
 
 RUN_STATES = ("admitted", "running", "interrupted", "completed", "failed")
@@ -306,6 +307,35 @@ class Runs:
     def supervisor_pid(self) -> int | None:
         return self.store.supervisor_pid()
 
+    def pending_requests(self) -> builtins.list[dict[str, Any]]:
+        """Requests no supervisor has taken yet, oldest first (at most
+        MAX_PENDING_SHOWN): what a supervisor will do when it runs."""
+        return [request_view(row) for row in self.store.pending_requests(MAX_PENDING_SHOWN)]
+
+    def withdraw(self, seq: int) -> str:
+        """Withdraw a request not yet taken, in one statement that the
+        supervisor's own answer races against (`Store.finish_request`):
+        exactly one of them wins. The words for the operator; NotFoundError
+        for an unknown request, ConflictError for one already taken."""
+        with self.store.atomic():
+            request = self.store.get_request(seq)
+            if request is None:
+                raise NotFoundError(f"no request {seq}; `wfsched requests` lists the pending ones")
+            taken = self.store.finish_request(seq, "refused", WITHDRAWN, self.clock())
+        view = request_view(request)
+        what = f"{view['kind']} {view['target']}"
+        if taken:
+            return f"withdrew request {seq} ({what}); the supervisor will not act on it"
+        current = self.store.get_request(seq)
+        assert current is not None
+        if current.result == WITHDRAWN:
+            return f"request {seq} ({what}) was already withdrawn"
+        raise ConflictError(
+            f"request {seq} ({what}) was already taken by the supervisor"
+            f" ({current.state}: {current.result}); too late to withdraw it"
+            + ("; `wfsched runs cancel` stops a run it started" if view["kind"] != "cancel" else "")
+        )
+
     def wait(self, request_seq: int, timeout: float) -> RequestRow:
         """Poll the request until the supervisor answers or `timeout` passes."""
         deadline = time.monotonic() + timeout
@@ -316,6 +346,26 @@ class Runs:
             if request.state != "pending" or time.monotonic() >= deadline:
                 return request
             time.sleep(0.05)
+
+
+WITHDRAWN = "withdrawn by `wfsched requests cancel`"
+"""A withdrawn request's answer (its state is `refused`)."""
+MAX_PENDING_SHOWN = 1000
+
+
+def request_view(row: RequestRow) -> dict[str, Any]:
+    """A request as `requests --json` shows it. `requested_by` is null: the
+    store does not record who asked."""
+    target = row.schedule_id if row.kind == "trigger" else run_id(row.run_seq or 0)
+    return {
+        "id": row.seq,
+        "kind": row.kind,
+        "target": target,
+        "requested_at": format_instant(row.created_at),
+        "requested_by": None,
+        "state": row.state,
+        "result": row.result,
+    }
 
 
 def _last_lines(data: bytes, lines: int) -> list[str]:

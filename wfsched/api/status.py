@@ -115,6 +115,8 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         # Admitted runs of blocked schedules: no execution slot until `resume`.
         "waiting_for_unblock": waiting,
         "interrupted": counts.get("interrupted", 0),
+        # Trigger/resume/cancel requests no supervisor has taken yet (`requests`).
+        "pending_requests": len(store.pending_requests(1000)),
         "max_concurrent_runs": int(capacity) if capacity else DEFAULTS.max_concurrent_runs,
         "next_due": None
         if due is None
@@ -267,6 +269,7 @@ def status_without_store(display: str, kind: str = "sqlite") -> dict[str, Any]:
         "executing_manual": 0,
         "waiting_for_unblock": 0,
         "interrupted": 0,
+        "pending_requests": 0,
         "max_concurrent_runs": DEFAULTS.max_concurrent_runs,
         "next_due": None,
         "blocked": [],

@@ -2,9 +2,11 @@
 
 Both stores are owned for the whole copy (the same lock a supervisor takes),
 so the copy is refused while a supervisor runs on either side and no
-supervisor can start on either side until it ends. The rows are read in one
-snapshot of the source and written in one transaction of the destination:
-a copy that fails leaves the destination empty. This host's run directories
+supervisor can start on either side until it ends. A refused copy (a
+supervisor owns the source, the destination is not empty) creates no
+destination store. The rows are read in one snapshot of the source and
+written in one transaction of the destination: a copy that fails while
+writing leaves the destination an empty store, which a new copy takes. This host's run directories
 and shim records are copied beside the rows (a store's runs live on the
 host that executed them), and the destination is then audited like any
 store.
@@ -34,17 +36,11 @@ def copy_store(
     if src is None:
         raise NotFoundError(f"no store at {source.display}; nothing to copy")
     try:
-        dest = open_location(destination, create=True)
-        assert dest is not None
+        # Each is owned until it is closed below. Every refusal comes before
+        # the destination is created: a refused copy leaves nothing there.
+        src.take_ownership()
+        dest = _empty_destination(destination)
         try:
-            # Each is owned until it is closed below.
-            src.take_ownership()
-            dest.take_ownership()
-            if not dest.is_empty():
-                raise ConflictError(
-                    f"{destination.display}: the destination store is not empty;"
-                    " copy into a new store"
-                )
             started = time.monotonic()
             counts = _copy_rows(src, dest)
             _copy_tree(src.runs_dir, dest.runs_dir)
@@ -62,6 +58,25 @@ def copy_store(
         "seconds": seconds,
         "audit": report,
     }
+
+
+def _empty_destination(destination: StoreLocation) -> Store:
+    """The destination, owned: an existing store only if it is empty (else
+    ConflictError), otherwise created now, once nothing refuses the copy."""
+    dest = open_location(destination, create=False)
+    if dest is None:
+        dest = open_location(destination, create=True)
+        assert dest is not None
+    try:
+        dest.take_ownership()
+        if not dest.is_empty():
+            raise ConflictError(
+                f"{destination.display}: the destination store is not empty; copy into a new store"
+            )
+    except BaseException:
+        dest.close()
+        raise
+    return dest
 
 
 def _copy_rows(src: Store, dest: Store) -> dict[str, int]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from wfsched.cli.interrupts import Interrupts
 from wfsched.domain.timeutil import Clock, wall_clock
 from wfsched.errors import NotFoundError
 
@@ -55,6 +56,11 @@ class CliState:
     """Set by `runs_dir_option`: the command reads this host's settings
     (config.toml `runs_dir`, `host`) to find run directories."""
     _settings: LocalSettings | None = field(default=None, repr=False)
+    interrupted: str | None = None
+    """What a Ctrl-C now would leave behind, in words (`interrupted; nothing
+    was written`, `interrupted after creating 3 schedules ...`); None: the
+    command does not say, and the error edge prints `aborted`."""
+    interrupts: Interrupts = field(default_factory=lambda: Interrupts())
 
     def get_console(self) -> Console:
         if self.console is None:

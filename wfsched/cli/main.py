@@ -98,9 +98,10 @@ class WfschedGroup(click.Group):
             _error(exc.format_message())
             return exc.exit_code
         except click.Abort as exc:
-            _error("aborted")
+            interrupted = isinstance(exc.__cause__, KeyboardInterrupt)
+            _error(state.interrupted if interrupted and state.interrupted else "aborted")
             # Ctrl-C is 128 + SIGINT, as a shell reports an interrupted command.
-            return 130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1
+            return 130 if interrupted else 1
         except _ReaderLeft as exc:
             # `wfsched list | head -1`: the entry point's to answer (`wfsched.entry`).
             raise exc.__cause__ from None  # type: ignore[misc]
@@ -165,13 +166,14 @@ def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
 COMMAND_MODULES = {
     "wfsched.cli.schedules": (
         "validate", "create", "apply", "get", "list", "update", "edit", "pause", "resume",
-        "delete", "next", "occurrences", "status",
+        "delete", "undelete", "next", "occurrences", "status",
     ),
     "wfsched.cli.runs": ("runs", "trigger", "logs"),
     "wfsched.cli.supervise": ("supervise",),
     "wfsched.cli.prune": ("prune",),
     "wfsched.cli.audit": ("audit",),
     "wfsched.cli.store": ("store",),
+    "wfsched.cli.requests": ("requests",),
     "wfsched.cli.cron": ("import-crontab", "export"),
 }  # fmt: skip
 """Which module registers which commands (its `register(group)`)."""

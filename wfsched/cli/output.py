@@ -87,6 +87,11 @@ def printable(value: str) -> str:
     return "".join(out)
 
 
+def warn(message: str) -> None:
+    """One `wfsched: warning: ...` line on stderr (operator text escaped)."""
+    click.echo(printable(f"wfsched: warning: {message}"), err=True)
+
+
 def advise(source: str, advice: Iterable[tuple[str, str]]) -> None:
     """Print a definition's warnings (`wfsched.domain.advice`) on stderr,
     one line each, named like definition errors: `FILE: key.path: what`."""

@@ -1,5 +1,10 @@
 """Shared click parameter types, and the listing options every listing spells alike.
 
+Integers on the command line are bounded like those in definitions and the
+config file: `Count(low, high)` refuses anything else (a float such as
+`1e20`, a sign, digits that are not ASCII) with one line naming the flag
+and its range, exit 2.
+
 Durations are accepted in the same forms everywhere (definition, config file,
 command-line flags): seconds (`45`, or `0.5` where a fraction makes sense)
 or `<n>s|m|h|d` (`"45s"`, `"2m"`).
@@ -58,3 +63,33 @@ reverse_option = click.option(
     help="The other order: newest first for occurrences, oldest first for runs"
     " (the next page's command keeps it).",
 )
+
+
+MAX_COUNTER = 2**31 - 1
+"""Revisions, attempts and request numbers are 32-bit integers in both stores."""
+
+
+class Count(click.ParamType):
+    name = "integer"
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = low
+        self.high = high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            # Cap the digits before int(): a 5,000-digit count is just "out of range".
+            if not (text.isascii() and text.isdigit()):
+                self.fail(self._range(f"{text!r} is not a whole number"), param, ctx)
+            number = int(text[:20])
+            if len(text.lstrip("0")) > 19:
+                number = self.high + 1
+        if not self.low <= number <= self.high:
+            self.fail(self._range(f"{value} is out of range"), param, ctx)
+        return number
+
+    def _range(self, what: str) -> str:
+        return f"{what}; expected an integer from {self.low:,} to {self.high:,}"

@@ -30,7 +30,7 @@ from wfsched.cli.output import (
     show,
     table,
 )
-from wfsched.cli.params import reverse_option, wide_option
+from wfsched.cli.params import MAX_COUNTER, Count, reverse_option, wide_option
 from wfsched.domain.timeutil import format_event
 from wfsched.errors import NotFoundError, OperationError, UsageError
 
@@ -303,7 +303,7 @@ def _hooks_text(view: dict[str, Any]) -> str:
 @run_argument()
 @click.option("--stdout", "only_stdout", is_flag=True, help="Show stdout only, unlabelled.")
 @click.option("--stderr", is_flag=True, help="Show stderr only, unlabelled.")
-@click.option("--attempt", type=int, help="Attempt number (default: the latest).")
+@click.option("--attempt", type=Count(1, MAX_COUNTER), help="Attempt number (default: the latest).")
 @click.option(
     "--follow",
     "-f",
@@ -552,7 +552,7 @@ def resume(state: CliState, run: str, input_file: Any) -> None:
     api = _runs(state)
     _report(
         api,
-        api.request_resume(run, document),
+        _recorded(state, lambda: api.request_resume(run, document), "resume"),
         "resume",
         # Refused because its host was lost by then: a conflict, as up front.
         on_refusal=lambda: api.check_resume_host(api.run(run)),
@@ -581,7 +581,24 @@ def trigger(state: CliState, schedule_id: str) -> None:
     Bypasses overlap and capacity; works while paused; refused when deleted.
     """
     api = _runs(state)
-    _report(api, api.request_trigger(schedule_id), "trigger")
+    _report(api, _recorded(state, lambda: api.request_trigger(schedule_id), "trigger"), "trigger")
+
+
+def _recorded(state: CliState, request: Callable[[], int], what: str) -> int:
+    """Record a request with Ctrl-C held (one short transaction), so that a
+    Ctrl-C afterwards, while waiting for the answer, says it was recorded: a
+    second `trigger` would make a second run."""
+    state.interrupts.hold()
+    try:
+        seq = request()
+        state.interrupted = (
+            f"interrupted after recording {what} request {seq}: it stands, and the supervisor"
+            f" carries it out (`wfsched requests` lists it; `wfsched requests cancel {seq}`"
+            " withdraws it while it is not taken)"
+        )
+    finally:
+        state.interrupts.release()
+    return seq
 
 
 class _Zones:

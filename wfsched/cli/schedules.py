@@ -1,5 +1,5 @@
 """Schedule commands: validate, create, apply, get, list, update, edit, pause,
-resume, delete, next, occurrences, status.
+resume, delete, undelete, next, occurrences, status.
 
 Each command parses its arguments, makes one call into `wfsched.api.admin.Admin`
 (or `wfsched.domain.definition` / `wfsched.api.status`), and renders the result; domain
@@ -19,7 +19,7 @@ import click
 
 from wfsched.cli import CliState, output, pass_state
 from wfsched.cli.complete import schedule_argument
-from wfsched.cli.params import reverse_option, wide_option
+from wfsched.cli.params import MAX_COUNTER, Count, reverse_option, wide_option
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
@@ -60,33 +60,45 @@ def _next_due_text(view: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 @pass_state
-def validate(state: CliState, files: tuple[str, ...]) -> None:
-    """Check definition FILEs; write nothing. `-` reads stdin.
+def validate(state: CliState, paths: tuple[str, ...]) -> None:
+    """Check definition files and folders as `apply` would; write nothing.
 
-    Prints `ok FILE (ID)` per valid file and one error line per invalid file
-    (naming the file and the key path), then exits 2 if any was invalid.
-    Warns, without failing, when a command's executable is not found on the
-    current PATH or its cwd does not exist here: the supervisor checks both
-    again when each run is admitted.
+    PATHs are files or folders (only `*.toml` files count in folders, as
+    for `apply`); `-` reads stdin. Prints `ok FILE (ID)` per valid file and
+    one error line per invalid file (naming the file and the key path),
+    then exits 2 if any was invalid. An id defined in two files is an error
+    in both, as `apply` refuses it. The store is not read: an id that
+    belongs to a deleted schedule is `apply`'s warning (`deleted (left
+    alone)`). Warns, without failing, when a command's executable is not
+    found on the current PATH or its cwd does not exist here: the
+    supervisor checks both again when each run is admitted.
     """
-    from wfsched.errors import DefinitionErrors
+    import sys
 
-    errors: list[DefinitionError] = []
-    for file in files:
-        try:
-            defn = _load(state, file)
-        except DefinitionError as exc:
-            errors.append(exc)
-            continue
-        output.say(f"ok {file} ({defn.id})")
-        _warn_unlaunchable(file, defn)
-        _advise(state, file, defn)
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise DefinitionErrors(errors, len(files))
+    from wfsched.api.admin import STDIN_SOURCE, read_sources
+
+    sources = read_sources(
+        paths,
+        int(state.clock()),
+        {},
+        stdin=lambda: _read_stdin(sys.stdin.buffer),
+        as_given=True,
+    )
+    for defn, source, _digest in sources.parsed.values():
+        shown = "-" if source == STDIN_SOURCE else source
+        output.say(f"ok {shown} ({defn.id})")
+        _warn_unlaunchable(shown, defn)
+        _advise(state, shown, defn)
+    sources.refuse_invalid("")
+
+
+def _read_stdin(stream: Any) -> bytes:
+    try:
+        return bytes(stream.read())
+    except OSError as exc:
+        raise DefinitionError("<stdin>", "", f"cannot read: {exc}") from None
 
 
 def _advise(state: CliState, file: str, defn: Definition) -> None:
@@ -122,8 +134,9 @@ def _warn_unlaunchable(file: str, defn: Definition) -> None:
 def create(state: CliState, file: str) -> None:
     """Create a schedule at revision 1 from FILE (`-` reads stdin).
 
-    An id that exists, or that belonged to a deleted schedule, is refused
-    (exit 4): ids are never reused.
+    An id that exists, or that belongs to a deleted schedule, is refused
+    (exit 4): ids are never reused (`wfsched undelete ID` revives a deleted
+    one with its history).
     """
     defn = _load(state, file)
     view = state.admin(create=True).create(defn)
@@ -138,8 +151,15 @@ def create(state: CliState, file: str) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--prune", is_flag=True, help="Delete schedules that no file defines any more.")
 @click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse (exit 4, write nothing) a file whose id belongs to a deleted schedule.",
+)
 @pass_state
-def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -> None:
+def apply(
+    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool, strict: bool
+) -> None:
     """Make the store match the definitions under PATHs (files or folders).
 
     Creates new schedules, updates changed ones, keeps unchanged ones (only
@@ -149,17 +169,27 @@ def apply(state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool) -
     summary naming the store written to. Replacing a revision made by `edit`
     or `update` since the schedule was last applied warns on stderr, naming
     both revisions (the folder wins).
+
+    A file whose id belongs to a deleted schedule is reported as `deleted
+    (left alone) ID` with a warning, and the rest is applied (exit 0):
+    `wfsched undelete ID` revives it. With --strict that file is refused
+    instead (exit 4) and nothing is written.
     """
     with _cycle_collector_paused():
-        _report(state, _apply(state, paths, prune, dry_run), dry_run)
+        _report(state, _apply(state, paths, prune, dry_run, strict), dry_run)
 
 
 def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
+    from wfsched.api.admin import LEFT_ALONE
+
     tally = {"created": 0, "updated": 0, "unchanged": 0, "deleted": 0}
     lines = output.Lines()
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
         lines.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
+        if action.action == LEFT_ALONE:
+            lines.flush()
+            output.warn(left_alone_words(action))
         if action.advice:
             lines.flush()
             output.advise(action.source or action.schedule_id, action.advice)
@@ -172,15 +202,17 @@ def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
             verb = "would replace" if dry_run else "replaced"
             click.echo(
                 f"wfsched: warning: {action.schedule_id}: apply {verb} revision {replaced},"
-                f" made by `edit` or `update` after revision {last} was applied from the"
-                f" folder, with revision {action.revision} from {action.source}",
+                f" made by `edit`, `update` or `undelete` after revision {last} was applied from"
+                f" the folder, with revision {action.revision} from {action.source}",
                 err=True,
             )
     lines.flush()
     if not actions:
         output.say("no definitions found")
         return
-    summary = ", ".join(f"{count} {name}" for name, count in tally.items())
+    summary = ", ".join(
+        f"{count} {name}" for name, count in tally.items() if count or name != LEFT_ALONE
+    )
     where = state.location().display
     output.say(
         f"{summary} (dry run: nothing written to {where})"
@@ -189,11 +221,60 @@ def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
     )
 
 
+def left_alone_words(action: ApplyAction) -> str:
+    """The warning for a file whose id belongs to a deleted schedule (`apply`
+    and `supervise --apply` say the same)."""
+    from wfsched.domain.timeutil import format_instant
+
+    assert action.deleted_at is not None
+    return (
+        f"{action.source}: id: {action.schedule_id!r} belongs to a schedule deleted at"
+        f" {format_instant(action.deleted_at)}; left alone, the rest is applied"
+        f" (`wfsched undelete {action.schedule_id}` revives it with its history;"
+        " `apply --strict` refuses such a file)"
+    )
+
+
 def _apply(
-    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool
+    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool, strict: bool
 ) -> list[ApplyAction]:
+    """The actions, committed; a Ctrl-C says whether they were (see
+    `wfsched.cli.interrupts`): before the commit it rolls everything back."""
+    if dry_run:
+        state.interrupted = "interrupted; nothing was written (dry run)"
+    else:
+        state.interrupted = "interrupted; nothing was written: the apply rolled back"
+    try:
+        actions = _apply_once(state, paths, prune, dry_run, strict)
+        if not dry_run:
+            state.interrupted = f"interrupted after the apply committed: {_done(actions)}"
+    finally:
+        state.interrupts.release()
+    return actions
+
+
+def _done(actions: list[ApplyAction]) -> str:
+    """`created 3000 schedules, updated 1`: what a committed apply changed."""
+    verbs = {"created": 0, "updated": 0, "deleted": 0}
+    for action in actions:
+        if action.action in verbs:
+            verbs[action.action] += 1
+    changed = [
+        f"{verb} {count} schedule{'s' if count != 1 else ''}"
+        for verb, count in verbs.items()
+        if count
+    ]
+    return ", ".join(changed) or "nothing needed to change"
+
+
+def _apply_once(
+    state: CliState, paths: tuple[str, ...], prune: bool, dry_run: bool, strict: bool
+) -> list[ApplyAction]:
+    hold = state.interrupts.hold
     if state.store(create=False) is not None:
-        return state.admin().apply(paths, prune=prune, dry_run=dry_run)
+        return state.admin().apply(
+            paths, prune=prune, dry_run=dry_run, strict=strict, before_commit=hold
+        )
     from wfsched.api.admin import load_sources
 
     # No store yet: every file is validated before one is created, so an
@@ -201,7 +282,7 @@ def _apply(
     loaded = load_sources(paths, int(state.clock()), {}, prune=prune)
     if dry_run:
         return _dry_run_against_empty_store(state, paths, prune, loaded)
-    return state.admin(create=True).apply(paths, prune=prune, loaded=loaded)
+    return state.admin(create=True).apply(paths, prune=prune, loaded=loaded, before_commit=hold)
 
 
 @contextmanager
@@ -427,7 +508,7 @@ def _rejection_line(schedule_id: str, rejection: dict[str, Any]) -> str:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
     "--expected-revision",
-    type=click.IntRange(min=1),
+    type=Count(1, MAX_COUNTER),
     required=True,
     metavar="N",
     help="The revision you changed (from `get`); a stale one is refused (exit 4).",
@@ -546,7 +627,8 @@ def resume(state: CliState, schedule_id: str) -> None:
 def delete(state: CliState, schedule_id: str) -> None:
     """Delete a schedule: no more admissions; runs finish, history stays.
 
-    The id can never be used again.
+    The id is never used for another schedule; `wfsched undelete ID`
+    revives this one.
     """
     _view, changed = state.admin().delete(schedule_id)
     if changed:
@@ -556,6 +638,24 @@ def delete(state: CliState, schedule_id: str) -> None:
         )
     else:
         output.say(f"{schedule_id} is already deleted")
+
+
+@click.command()
+@_id_argument()
+@pass_state
+def undelete(state: CliState, schedule_id: str) -> None:
+    """Revive a deleted schedule under its id and history (revision + 1).
+
+    Nothing is backfilled: the instants that fell due while it was deleted
+    are recorded as one `skipped-paused` row (reason `deleted`), and it
+    continues from the next future instant. One paused or blocked when it
+    was deleted comes back paused or blocked. Idempotent.
+    """
+    view, changed = state.admin().undelete(schedule_id)
+    if changed:
+        output.say(f"undeleted {schedule_id} (revision {view['revision']}); {_next_due_text(view)}")
+    else:
+        output.say(f"{schedule_id} is not deleted")
 
 
 # ---------------------------------------------------------------------- next
@@ -759,6 +859,13 @@ def status(state: CliState, as_json: bool) -> None:
             f"{info['waiting_for_unblock']} admitted, no slot until `wfsched resume` unblocks",
         )
     output.add_row(grid, "interrupted", info["interrupted"])
+    if info["pending_requests"]:
+        waiting_for = "the supervisor" if supervisor["running"] else "a supervisor to start"
+        output.add_row(
+            grid,
+            "pending requests",
+            f"{info['pending_requests']} waiting for {waiting_for} (`wfsched requests` lists them)",
+        )
     output.add_row(grid, "next due", f"{due['schedule_id']} at {due['at']}" if due else None)
     output.add_row(grid, "blocked", len(info["blocked"]))
     output.add_row(grid, "errors", _errors_line(info["errors"]))
@@ -840,6 +947,7 @@ COMMANDS = (
     pause,
     resume,
     delete,
+    undelete,
     next_,
     occurrences,
     status,

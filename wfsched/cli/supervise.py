@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 import click
 
 from wfsched.cli import CliState, pass_state, runs_dir_option
-from wfsched.cli.params import Duration
+from wfsched.cli.params import Count, Duration
 from wfsched.daemon import early_stop
+from wfsched.domain.config import MAX_CONCURRENT_RUNS
 
 if TYPE_CHECKING:
     from wfsched.daemon.eventlog import EventLog
@@ -27,7 +28,11 @@ if TYPE_CHECKING:
     metavar="DURATION",
     help="Time between polls when nothing is due: seconds or <n>s|m|h|d. [1s]",
 )
-@click.option("--max-concurrent-runs", type=int, help="Scheduled runs executing at once. [4]")
+@click.option(
+    "--max-concurrent-runs",
+    type=Count(1, MAX_CONCURRENT_RUNS),
+    help=f"Scheduled runs executing at once (1-{MAX_CONCURRENT_RUNS:,}). [4]",
+)
 @click.option(
     "--drain-grace",
     type=Duration(),
@@ -39,6 +44,11 @@ if TYPE_CHECKING:
     "apply_dir",
     metavar="DIR",
     help="Apply the definitions in DIR before starting (for ExecStart=).",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="With --apply: an invalid file (exit 2) or a deleted id (exit 4) stops the start.",
 )
 @click.option(
     "--metrics",
@@ -83,6 +93,7 @@ def supervise(
     max_concurrent_runs: int | None,
     drain_grace: float | None,
     apply_dir: str | None,
+    strict: bool,
     metrics: str | None,
     host: str | None,
     lease: float | None,
@@ -97,6 +108,12 @@ def supervise(
     Settings come from <store>/config.toml, overridden by these flags.
     With --metrics (config: metrics_listen) the address is bound before
     anything else starts, so a bad one exits 2 with nothing done.
+
+    With --apply, an invalid file or one whose id belongs to a deleted
+    schedule is logged (`apply-invalid`, `apply-left-alone`) and left out,
+    and the supervisor starts on the rest: one bad file must not keep every
+    schedule down. With --strict either one stops the start instead (exit 2
+    or 4) and nothing is applied.
     """
     from wfsched.daemon.eventlog import EventLog
     from wfsched.daemon.supervisor import run_supervisor
@@ -143,7 +160,13 @@ def supervise(
             clock=clock,
         )
     prepare = functools.partial(
-        _prepare, apply_dir=apply_dir, state=state, log=log, server=server, observer=observer
+        _prepare,
+        apply_dir=apply_dir,
+        strict=strict,
+        state=state,
+        log=log,
+        server=server,
+        observer=observer,
     )
     try:
         run_supervisor(
@@ -176,6 +199,7 @@ def _skewed(clock: Clock) -> Clock:
 def _prepare(
     store: Store,
     apply_dir: str | None,
+    strict: bool,
     state: CliState,
     log: EventLog,
     server: MetricsServer | None,
@@ -184,19 +208,45 @@ def _prepare(
     """Under the supervisor's lock, before recovery: `--apply`, then serving
     metrics (the socket was bound before the lock was taken)."""
     if apply_dir is not None:
-        _apply(store, apply_dir, state, log)
+        _apply(store, apply_dir, strict, state, log)
     if server is not None and observer is not None:
         server.start(lambda: observer.snapshot, quiet=observer.quiet)
         observer.on_publish = server.published
         log("metrics", listen=str(server.address))
 
 
-def _apply(store: Store, apply_dir: str, state: CliState, log: EventLog) -> None:
-    """`--apply`: under the supervisor's lock, so a refused start writes nothing."""
-    from wfsched.api.admin import Admin
+def _apply(store: Store, apply_dir: str, strict: bool, state: CliState, log: EventLog) -> None:
+    """`--apply`: under the supervisor's lock, so a refused start writes nothing.
 
-    for action in Admin(store, state.clock).apply([apply_dir]):
-        if action.outside is not None:
+    Without `strict`, what `wfsched apply` would refuse is left out and
+    logged, and the valid rest is applied: a schedule whose file is invalid
+    keeps the revision the store has (it runs as before), and a file whose
+    id belongs to a deleted schedule leaves it deleted."""
+    from wfsched.api.admin import LEFT_ALONE, Admin, load_sources
+
+    now = int(state.clock())
+    sources = load_sources([apply_dir], now, store.applied_sources(), skip_invalid=not strict)
+    actions = Admin(store, state.clock).apply(
+        [apply_dir], loaded=sources, strict=strict, skip_invalid=not strict
+    )
+    for error in sources.invalid:
+        log(
+            "apply-invalid",
+            file=error.source,
+            reason=f"{error}; this file is not applied (its schedule, if any, keeps its stored"
+            " revision): fix it, then `wfsched apply` or restart",
+        )
+    for action in actions:
+        if action.action == LEFT_ALONE:
+            from wfsched.cli.schedules import left_alone_words
+
+            log(
+                "apply-left-alone",
+                schedule=action.schedule_id,
+                file=action.source,
+                reason=left_alone_words(action),
+            )
+        elif action.outside is not None:
             # The folder wins over a revision made by `edit`/`update`; say so.
             log(
                 "applied",

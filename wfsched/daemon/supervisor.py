@@ -68,6 +68,7 @@ from wfsched.process.launcher import (
     ShimHandle,
 )
 from wfsched.store import (
+    DB_NAME,
     LOCK_NAME,
     AttemptRow,
     RequestRow,
@@ -94,6 +95,13 @@ from wfsched.store.rundirs import (
     records_root,
 )
 from wfsched.store.runtime_file import FaultFile, fault_path
+from wfsched.store.sqlite import check_database_file
+
+
+class RequestWithdrawn(Exception):
+    """The request was withdrawn (`wfsched requests cancel`) before this
+    supervisor's answer committed: the transaction that acted on it rolls back."""
+
 
 HOST_LOST_PREFIX = "abandoned: its host "
 HOST_LOST = HOST_LOST_PREFIX + (
@@ -2475,6 +2483,10 @@ class Supervisor:
         }[request.kind]
         try:
             handler(request)
+        except RequestWithdrawn:
+            self._request_tries.pop(request.seq, None)
+            self.log("request-withdrawn", request=request.seq, kind=request.kind)
+            return
         except Exception as exc:
             if classify(exc, self.store.root) is not None:
                 raise  # a resource fault is an episode, not this request's try
@@ -2493,7 +2505,15 @@ class Supervisor:
 
     def _answer(self, request: RequestRow, state: str, result: str) -> None:
         with self.store.atomic():
+            # Answered once: by whoever gets there first (another host's
+            # agent, or `requests cancel` withdrawing it); then nothing changes.
             self.store.finish_request(request.seq, state, result, self.clock())
+
+    def _finish(self, seq: int, state: str, result: str, now: float) -> None:
+        """Answer a request inside the transaction that acted on it; one
+        withdrawn meanwhile rolls that transaction back (RequestWithdrawn)."""
+        if not self.store.finish_request(seq, state, result, now):
+            raise RequestWithdrawn(seq)
 
     def _trigger(self, request: RequestRow) -> None:
         if self.draining:
@@ -2503,17 +2523,17 @@ class Supervisor:
         with self.store.atomic():
             row = self.store.get_schedule(request.schedule_id or "")
             if row is None or row.deleted_at is not None:
-                self.store.finish_request(
+                self._finish(
                     request.seq, "refused", f"schedule {request.schedule_id!r} is deleted", now
                 )
                 return
             defn = self.definitions.get(row)
             made = self._freeze(row, defn, int(request.created_at), "manual", now)
             if isinstance(made, Refusal):
-                self.store.finish_request(request.seq, "refused", made.reason, now)
+                self._finish(request.seq, "refused", made.reason, now)
                 return
             seq, _ = made
-            self.store.finish_request(request.seq, "done", run_id(seq), now)
+            self._finish(request.seq, "done", run_id(seq), now)
         self.log("admitted", schedule=row.id, run=run_id(seq), kind="manual")
         self._phase("launch", self.launch, [seq])
 
@@ -2648,7 +2668,7 @@ class Supervisor:
             if current is None or (current.state, current.attempt) != (run.state, run.attempt):
                 return  # changed meanwhile: the next tick looks again
             self._mark_failed(run.seq, run.attempt or None, "cancelled", now)
-            self.store.finish_request(request.seq, "done", f"{run.run_id} cancelled", now)
+        self._unwatch(run.seq)  # a marked attempt still waiting for a launcher
         self.observer.run_ended(run.seq)
         self.log("failed", run=run.run_id, schedule=run.schedule_id, reason="cancelled")
 
@@ -3053,6 +3073,10 @@ def _supervise(
     first: the launcher already writes in the store's local directory."""
     if location.runs_dir is not None:
         _prepare_runs_dir(location.runs_dir)
+    if location.path is not None:
+        # A file that is no database refuses the start before the keeper,
+        # the lock or the runs root leaves a file beside it.
+        check_database_file(location.path / DB_NAME)
     control.start()
     if early or stopped():
         control.stop()

@@ -72,21 +72,25 @@ class _Key:
     maximum: float = MAX_DURATION
 
 
+MAX_CONCURRENT_RUNS = 10_000
+"""Runs one host executes at once: each is a process group with two log
+files open; more than this is a typo, not capacity."""
+
 MAX_POLL_INTERVAL = 86400
 """The supervisor sleeps one poll interval in a single epoll wait, which
 cannot wait longer than about 24 days; a day is already far past useful."""
 
 _KEYS = {
     "poll_interval": _Key("seconds", 0.01, MAX_POLL_INTERVAL),
-    "max_concurrent_runs": _Key("count", 1),
+    "max_concurrent_runs": _Key("count", 1, MAX_CONCURRENT_RUNS),
     "drain_grace": _Key("seconds", 0),
     "drain_record_window": _Key("seconds", 0, 86400),
-    "max_admissions_per_tick": _Key("count", 1),
+    "max_admissions_per_tick": _Key("count", 1, 100_000),
     "on_failure": _Key("argv", 0),
     "retention": _Key("seconds", 3600),
     "metrics_listen": _Key("listen", 0),
     "busy_timeout": _Key("seconds", 0.1, 3600),
-    "max_log_bytes": _Key("count", 4096),
+    "max_log_bytes": _Key("count", 4096, 2**40),
     "host": _Key("host", 0),
     "lease": _Key("seconds", 0.2, 3600),
     "lease_renew": _Key("seconds", 0.05, 3600),
@@ -171,8 +175,12 @@ def _value(
     if isinstance(raw, bool):
         raise DefinitionError(source, key, "must be a number")
     if spec.kind == "count":
-        if not isinstance(raw, int) or raw < spec.minimum:
-            raise DefinitionError(source, key, f"must be an integer >= {spec.minimum:g}")
+        if not isinstance(raw, int) or not spec.minimum <= raw <= spec.maximum:
+            raise DefinitionError(
+                source,
+                key,
+                f"{raw!r} must be an integer from {spec.minimum:,g} to {spec.maximum:,}",
+            )
         return raw
     try:
         value = float(raw) if isinstance(raw, float) else float(parse_duration(raw))

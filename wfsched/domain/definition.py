@@ -68,6 +68,9 @@ MAX_ARGV_BYTES = 64 * 1024
 """`run.command` and `notify.on_failure`, all strings together (UTF-8), well
 under the kernel's 128 KiB limit for one argument."""
 MAX_DESCRIPTION_BYTES = 4096
+MAX_ACTIVE_RUNS = 10_000
+"""`policy.max_active_runs`: runs of one schedule at once; far above what a
+host runs (`max_concurrent_runs` is at most 10,000 too)."""
 MAX_PATH_BYTES = 4095
 """PATH_MAX (4096) less the terminating NUL: a longer `cwd` cannot be entered."""
 BOM = "\ufeff"
@@ -493,9 +496,16 @@ def _policy(table: Mapping[str, Any], source: str, stored: bool) -> Policy:
             raise DefinitionError(
                 source, "policy.max_active_runs", 'required when overlap = "parallel"'
             )
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or limit < 1
+            or (limit > MAX_ACTIVE_RUNS and not stored)
+        ):
             raise DefinitionError(
-                source, "policy.max_active_runs", f"{limit!r} must be an integer >= 1"
+                source,
+                "policy.max_active_runs",
+                f"{limit!r} must be an integer from 1 to {MAX_ACTIVE_RUNS:,}",
             )
     elif limit is not None:
         raise DefinitionError(

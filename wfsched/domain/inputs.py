@@ -38,6 +38,11 @@ MAX_TARGET_SEGMENTS = 32
 """Not in the contract's budget list: keeps a pathological target from
 nesting the resolved document deeper than `json` can encode."""
 MAX_LITERAL_DEPTH = 64
+MIN_LITERAL_INT = -(2**63)
+MAX_LITERAL_INT = 2**63 - 1
+"""Integers in literals: TOML's own range (64-bit signed), which every TOML
+reader holds exactly; Python's parser reads longer ones, other readers
+refuse or round them."""
 """Nesting inside one literal value, for the same reason (the 64 KiB budget
 alone would allow tens of thousands of levels)."""
 
@@ -90,6 +95,7 @@ def validate_bindings(raw: object, source: str, *, stored: bool = False) -> tupl
         parts = _target_segments(target, source, f"{path}.target", stored)
         expression = {k: v for k, v in table.items() if k != "target"}
         counter = _Counter()
+        counter.bounded = not stored
         checked = _expression(expression, source, path, depth=0, counter=counter)
         nodes += counter.nodes
         _check_conflicts(parts, segments, source, index)
@@ -167,6 +173,8 @@ measures its sample input with it."""
 
 class _Counter:
     nodes = 0
+    bounded = True
+    """False for a stored definition: read without bounds added since."""
 
 
 def _evaluate(expression: Mapping[str, Any], values: Mapping[str, Any]) -> Any:
@@ -200,7 +208,7 @@ def _expression(
     body = table[kind]
     where = f"{path}.{kind}"
     if kind == "literal":
-        return {"literal": _strict_json(body, source, where, 0)}
+        return {"literal": _strict_json(body, source, where, 0, counter.bounded)}
     if kind == "occurrence":
         if body not in OCCURRENCE_FIELDS:
             raise DefinitionError(
@@ -226,7 +234,7 @@ def _expression(
     return {"object": members}
 
 
-def _strict_json(value: object, source: str, path: str, depth: int) -> Any:
+def _strict_json(value: object, source: str, path: str, depth: int, bounded: bool = True) -> Any:
     """Copy a literal, refusing anything that is not plain JSON.
 
     TOML has dates and times and floats may be nan/inf: none of them is JSON,
@@ -237,7 +245,16 @@ def _strict_json(value: object, source: str, path: str, depth: int) -> Any:
         raise DefinitionError(
             source, path, f"literal nested deeper than {MAX_LITERAL_DEPTH} levels"
         )
-    if isinstance(value, str | bool | int):
+    if isinstance(value, str | bool):
+        return value
+    if isinstance(value, int):
+        if bounded and not MIN_LITERAL_INT <= value <= MAX_LITERAL_INT:
+            raise DefinitionError(
+                source,
+                path,
+                f"{value} is out of range: integers are {MIN_LITERAL_INT} to {MAX_LITERAL_INT}"
+                " (64-bit, as TOML promises); write a larger number as a string",
+            )
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -253,14 +270,15 @@ def _strict_json(value: object, source: str, path: str, depth: int) -> Any:
         )
     if isinstance(value, list):
         return [
-            _strict_json(item, source, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)
+            _strict_json(item, source, f"{path}[{i}]", depth + 1, bounded)
+            for i, item in enumerate(value)
         ]
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise DefinitionError(source, path, f"key {key!r} is not a string")
-            out[key] = _strict_json(item, source, f"{path}.{toml_key(key)}", depth + 1)
+            out[key] = _strict_json(item, source, f"{path}.{toml_key(key)}", depth + 1, bounded)
         return out
     if value is None:
         raise DefinitionError(source, path, "null is not accepted (TOML has no null); omit it")

@@ -60,7 +60,22 @@ def resolve_store(option: str | os.PathLike[str] | None) -> StoreLocation:
     if is_postgres_url(chosen):
         return postgres_location(chosen.strip())
     path = Path(os.path.realpath(os.path.expanduser(chosen)))
+    _refuse_non_directory(path)
     return StoreLocation("sqlite", path, None, str(path), path)
+
+
+def _refuse_non_directory(path: Path) -> None:
+    """A SQLite store is a directory: a path that is (or lies under) something
+    else is a usage error for every command, never "no store yet"."""
+    for place in (path, *path.parents):
+        if place.exists():
+            if not place.is_dir():
+                what = "is a file" if place == path else f"lies under {place}, a file"
+                raise UsageError(
+                    f"store {path} {what}, not a directory: a SQLite store is a directory"
+                    " (give --store or WFSCHED_STORE a directory, or a postgresql:// URL)"
+                )
+            return
 
 
 def postgres_location(url: str) -> StoreLocation:

@@ -128,6 +128,27 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_database_file(path: Path) -> None:
+    """StoreError, before anything is created or locked, when `path` exists
+    and is not an SQLite database (its header says so in 16 bytes): SQLite
+    itself would only notice after the journal and lock files exist."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot open store {path.parent}: {exc}") from exc
+    if header and header != SQLITE_MAGIC:
+        raise StoreError(
+            f"{path}: not a usable wfsched database: file is not a database; restore it from"
+            " a backup or point --store elsewhere (nothing was changed)"
+        )
+
+
 class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
@@ -160,19 +181,24 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         self._schema_place = str(self.db_path)
         if not self.db_path.exists() and not create:
             raise StoreError(f"no store at {self.root}; create a schedule there first")
+        check_database_file(self.db_path)
         self._checkpoints_deferred = False
         self._folded_at = 0  # the connection's total_changes at the last checkpoint
+        self._create = create
         self._conn = self._connect()
         self._migrate()
+        if create and self._own_runs_dir:
+            # Only once the database proved usable: a command refused by a
+            # broken store leaves nothing behind.
+            self._make_runs_dir()
 
     # -- connection and transactions ---------------------------------------
 
     def _connect(self) -> WordedConnection:
         old_umask = os.umask(0o077)
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            if self._own_runs_dir:
-                self.runs_dir.mkdir(exist_ok=True)
+            if self._create:
+                self.root.mkdir(parents=True, exist_ok=True)
             raw = sqlite3.connect(self.db_path, isolation_level=None, timeout=self.busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open store {self.root}: {exc}") from exc
@@ -190,6 +216,15 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.db_path}: not a usable wfsched database: {exc}") from exc
         return conn
+
+    def _make_runs_dir(self) -> None:
+        old_umask = os.umask(0o077)
+        try:
+            self.runs_dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot open store {self.root}: {exc}") from exc
+        finally:
+            os.umask(old_umask)
 
     def _migrate(self, version: int | None = None) -> None:
         """Every migration above the stored version, in order, each with its
