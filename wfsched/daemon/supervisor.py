@@ -73,7 +73,7 @@ from wfsched.store import (
 )
 from wfsched.store.commit_watch import CommitWatch
 from wfsched.store.ownership import Ownership
-from wfsched.store.resource_faults import classify, probe_directory
+from wfsched.store.resource_faults import classify, probe_directory, supervisor_words
 from wfsched.store.rows import AttemptEnd, Invocation
 from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
@@ -881,22 +881,23 @@ class Supervisor:
         if fault is None:
             return False
         now = self.clock()
-        episode = self.errors.open_episode(phase, fault.kind, str(fault), now, fault.where)
+        words = supervisor_words(fault)
+        episode = self.errors.open_episode(phase, fault.kind, words, now, fault.where)
         if episode is None:
             return True
         if episode.holds_store:
             # Instants decided late once it ends were late because of it.
             self._admission_failed = True
-        self.log("fault", kind=fault.kind, phase=phase, reason=str(fault))
+        self.log("fault", kind=fault.kind, phase=phase, reason=words)
         self.observer.fault_opened(fault.kind)
-        self.notifier.send(f"STATUS=fault since {format_event(now)}: {fault}")
+        self.notifier.send(f"STATUS=fault since {format_event(now)}: {words}")
         problem = self.fault_file.write(episode.public())
         if problem is not None:
             self.log("fault-status-failed", reason=problem)
         hook_dir = fault_path(self.store.root).with_name(
             f"fault-hook-{os.getpid()}-{self.errors.episodes}"
         )
-        self.hooks.fire_fault(fault.kind, str(fault), format_event(now) or "", hook_dir)
+        self.hooks.fire_fault(fault.kind, words, format_event(now) or "", hook_dir)
         return True
 
     def _store_usable(self) -> bool:
