@@ -51,6 +51,7 @@ from wfsched.errors import DefinitionError
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 UNIT = DOCS / "systemd" / "wfsched.service"
+DROP_IN = DOCS / "systemd" / "wfsched.service.d" / "postgresql.conf"
 PAGES = ("operations", "definitions", "semantics", "runs", "recovery", "benchmarks", "architecture")
 COMMAND_PAGES = ("operations.md", "runs.md", "definitions.md")
 REQUIRED_RUN = {"validate", "apply", "list", "get", "next", "occurrences", "status"}
@@ -364,6 +365,43 @@ def test_unit_has_the_settings_the_design_asks_for() -> None:
     assert "WantedBy" in _unit()["Install"]
 
 
+def _unit_lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_unit_family_agrees_with_operations_md() -> None:
+    """One unit family: the PostgreSQL drop-in inherits every setting that
+    operations.md explains, and those settings are the ones it recommends."""
+    from wfsched.domain.config import SupervisorConfig
+    from wfsched.domain.definition import parse_definition
+
+    service = _unit()["Service"]
+    operations = _docs_text("operations.md")
+    assert service["KillMode"] == "process"
+    assert "Recommendation: `KillMode=process`, as shipped" in operations
+    defaults = parse_definition(
+        'id = "x"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\n', "x.toml"
+    )
+    floor = SupervisorConfig().drain_grace + defaults.run.kill_grace + 5
+    stop = _timespan_seconds(service["TimeoutStopSec"])
+    assert stop >= floor
+    assert f"`TimeoutStopSec={service['TimeoutStopSec']}`" in operations
+    assert service["RestartPreventExitStatus"].split() == ["2", "4"]
+    lines = _unit_lines(UNIT)
+    at = next(i for i, line in enumerate(lines) if line.startswith("RestartPreventExitStatus="))
+    comment = " ".join(line for line in lines[at - 4 : at] if line.startswith("#"))
+    assert "Exit 2" in comment and "Exit 4" in comment, comment
+    assert service["StateDirectory"] == "wfsched"
+    drop_in = configparser.ConfigParser(strict=False, interpolation=None)
+    drop_in.optionxform = str  # type: ignore[assignment,method-assign]
+    drop_in.read_string(DROP_IN.read_text(encoding="utf-8"))
+    overrides = set(drop_in["Service"])
+    assert overrides == {"EnvironmentFile", "ExecStart", "RestartSec"}, overrides
+    # What high-availability.md shows is the shipped drop-in, line for line.
+    settings = [line for line in _unit_lines(DROP_IN) if line and not line.startswith("#")]
+    assert "```ini\n" + "\n".join(settings) + "\n```" in _docs_text("high-availability.md")
+
+
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     tool = shutil.which("systemd-analyze")
     if tool is None:
@@ -376,6 +414,13 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     text = UNIT.read_text(encoding="utf-8").replace("/usr/local/bin/wfsched", installed)
     unit = tmp_path / "wfsched.service"
     unit.write_text(text, encoding="utf-8")
+    # With the PostgreSQL drop-in beside it, as installed.
+    drop_in = tmp_path / "wfsched.service.d"
+    drop_in.mkdir()
+    (drop_in / "postgresql.conf").write_text(
+        DROP_IN.read_text(encoding="utf-8").replace("/usr/local/bin/wfsched", installed),
+        encoding="utf-8",
+    )
     result = subprocess.run(
         [tool, "verify", str(unit)],
         capture_output=True,

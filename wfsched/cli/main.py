@@ -144,10 +144,22 @@ def _silence_stdout() -> None:
         " ~/.local/state/wfsched]"
     ),
 )
+@click.option(
+    "--local-dir",
+    "local_dir",
+    metavar="DIR",
+    envvar="WFSCHED_LOCAL_DIR",
+    show_envvar=True,
+    help=(
+        "PostgreSQL store: this host's directory (config.toml, run directories), made"
+        " mode 0700. [default: $STATE_DIRECTORY/postgresql/<db>@<host>:<port> under"
+        " systemd, else the same under $XDG_STATE_HOME/wfsched]"
+    ),
+)
 @click.option("--debug", is_flag=True, help="Show a traceback when a command fails.")
 @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
+def cli(ctx: click.Context, store: str | None, local_dir: str | None, debug: bool) -> None:
     """wfsched: a durable cron replacement.
 
     Keep schedule definitions as TOML files, load them with `apply`, and let
@@ -163,6 +175,7 @@ def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
     state.debug = debug
     # Resolved on first use: `validate` never touches a store.
     state.store_option = store
+    state.local_dir_option = local_dir
 
 
 # --- command registration: the one place command groups join `wfsched` ---------

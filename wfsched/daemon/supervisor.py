@@ -72,6 +72,7 @@ from wfsched.store import (
     run_id,
 )
 from wfsched.store.commit_watch import CommitWatch
+from wfsched.store.location import ensure_local_dir
 from wfsched.store.ownership import Ownership
 from wfsched.store.resource_faults import classify, probe_directory, supervisor_words
 from wfsched.store.rows import AttemptEnd, Invocation
@@ -2738,6 +2739,9 @@ def _supervise(
     which only `store copy` excludes) and the leader lease decides which one
     leads (`wfsched.daemon.leadership`). A runs root given elsewhere is checked
     first: the launcher already writes in the store's local directory."""
+    # The launcher writes in the local directory: made (private) first, or
+    # the start refused with where and how to choose another place.
+    ensure_local_dir(location)
     if location.runs_dir is not None:
         _prepare_runs_dir(location.runs_dir)
     control.start()
