@@ -3,14 +3,23 @@ the traps a new operator met, each pinned through the real CLI."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import stat
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tests.daemon import Daemon, write_definition
+import pytest
+
+from tests.daemon import Daemon, wait_for, write_definition
+
+if TYPE_CHECKING:
+    from wfsched.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,3 +120,88 @@ def test_local_dir_is_refused_for_a_sqlite_store_and_nothing_is_written(tmp_path
     assert result.returncode == 2, result.stderr
     assert "only a PostgreSQL store has a local directory" in result.stderr
     assert not store.exists() and not local.exists()
+
+
+# ----------------------------------------------------------- status --check
+
+
+def test_problems_name_each_check_that_fails() -> None:
+    """Layer 1: the checks over a status object, no store."""
+    from wfsched.api.status import problems, status_without_store
+
+    info = status_without_store("/srv/store")
+    assert [p["check"] for p in problems(info)] == ["no-supervisor"]
+    info["supervisor"].update(running=True, stale=True, last_tick_at="2026-06-01T12:00:00Z")
+    info["supervisor"]["fault"] = {
+        "kind": "disk-full",
+        "since": "2026-06-01T12:00:01Z",
+        "error": "full",
+    }
+    info["blocked"] = [{"schedule_id": "a", "reason": "records contradict"}]
+    assert [(p["check"], p["detail"]) for p in problems(info)] == [
+        ("stale", "no tick stamped since 2026-06-01T12:00:00Z"),
+        ("fault", "disk-full since 2026-06-01T12:00:01Z: full"),
+        ("blocked", "schedule a: records contradict"),
+    ]
+    cluster = status_without_store("postgresql://db/x", "postgresql")
+    cluster["supervisor"]["running"] = True
+    assert [p["check"] for p in problems(cluster)] == ["no-leader"]
+    cluster["leader"] = {
+        "host": "db-1", "pid": 7, "silent_since": "2026-06-01T12:00:00Z", "lease_expires_in": 3.5
+    }  # fmt: skip
+    assert problems(cluster) == [
+        {
+            "check": "leader-silent",
+            "detail": "lease held by a silent host db-1 (pid 7, no heartbeat since"
+            " 2026-06-01T12:00:00Z), expires in 3.5 s",
+        }
+    ]
+
+
+def test_status_check_exits_1_per_problem_and_0_when_all_is_well(
+    store_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    store: str = (
+        str(tmp_path / "store") if store_kind == "sqlite" else request.getfixturevalue("pg_url")
+    )
+    missing = cli("--store", store, "status", "--check")
+    assert missing.returncode == 1, missing.stderr
+    assert missing.stdout.startswith("no-supervisor: no supervisor runs on store ")
+    assert missing.stdout.count("\n") == 1
+    folder = tmp_path / "defs"
+    write_definition(
+        folder, "tick", 'id = "tick"\n[trigger]\ncron = "0 0 * * *"\n[run]\ncommand = ["true"]\n'
+    )
+    assert cli("--store", store, "apply", str(folder)).returncode == 0
+    daemon = Daemon(store)
+    try:
+        daemon.wait_started()
+        wait_for(lambda: cli("--store", store, "status", "--check").stdout == "ok\n", what="ok")
+        assert cli("--store", store, "status", "--check").returncode == 0
+        with _opened(store) as opened, opened.atomic():
+            opened.update_schedule("tick", blocked_reason="records contradict each other")
+        checked = cli("--store", store, "status", "--check")
+        assert checked.returncode == 1
+        assert checked.stdout == "blocked: schedule tick: records contradict each other\n"
+        as_json = cli("--store", store, "status", "--check", "--json")
+        assert as_json.returncode == 1
+        assert [p["check"] for p in json.loads(as_json.stdout)["problems"]] == ["blocked"]
+        # Without --check, status reports and exits 0 whatever it finds.
+        assert cli("--store", store, "status").returncode == 0
+    finally:
+        assert daemon.stop() == 0
+    stopped = cli("--store", store, "status", "--check")
+    assert stopped.returncode == 1
+    assert stopped.stdout.splitlines()[0].startswith("no-supervisor: ")
+
+
+@contextlib.contextmanager
+def _opened(store: str) -> Iterator[Store]:
+    from wfsched.store import open_location, resolve_store
+
+    opened = open_location(resolve_store(store), create=False)
+    assert opened is not None
+    try:
+        yield opened
+    finally:
+        opened.close()

@@ -430,6 +430,7 @@ class Supervisor:
                 stamp_interval=repr(self._stamp_interval(quiet=self.store.changes() is not None)),
                 max_concurrent_runs=str(self.config.max_concurrent_runs),
                 host_timeout=repr(self.config.host_timeout),
+                lease_renew=repr(self.config.lease_renew),
                 **{META_KEY: self.errors.to_meta()},
             )
             self._store_launcher_health()
