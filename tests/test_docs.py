@@ -439,6 +439,47 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 # ----------------------------------------------------- names from the code
 
 
+def _logged_events() -> set[str]:
+    """Every event name the code logs: the literal first argument of each
+    `log(...)`/`_note(...)` call, the ledger states a tick logs by name
+    (`Entry(...)`, `span_entry(..., state, ...)` in the decisions the
+    supervisor writes; administration's rows are not logged), and the run outcomes
+    logged by their state."""
+    import ast
+
+    names = {"completed", "interrupted", "failed"}
+    for path in (ROOT / "wfsched").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            position = {"log": 0, "_note": 0}.get(called)
+            if path.name == "decisions.py":  # the rows a tick writes, and logs
+                position = {"Entry": 0, "span_entry": 1}.get(called)
+            if position is None or len(node.args) <= position:
+                continue
+            arg = node.args[position]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names.add(arg.value)
+    return names
+
+
+def test_every_logged_event_is_in_the_event_table() -> None:
+    text = _docs_text("operations.md")
+    table = text.split("| event | fields | when |", 1)[1].split("\n\n", 1)[0]
+    documented = {
+        name
+        for row in table.splitlines()[2:]
+        for name in re.findall(r"`([a-z-]+)`", row.split("|")[1])
+    }
+    missing = sorted(_logged_events() - documented)
+    assert not missing, f"events logged but missing from operations.md's event table: {missing}"
+    assert {"ready", "leading", "standby", "late-exit", "apply-summary", "passed-over"} <= (
+        documented
+    )
+
+
 def test_config_keys_are_documented() -> None:
     from wfsched.domain.config import _KEYS
 

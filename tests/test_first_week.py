@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +206,62 @@ def _opened(store: str) -> Iterator[Store]:
         yield opened
     finally:
         opened.close()
+
+
+# ------------------------------------------ restarts: what the startup rule passed over
+
+
+def test_a_start_says_what_it_passed_over_and_apply_logs_one_summary(tmp_path: Path) -> None:
+    """The supervisor's clock an hour ahead of the definitions' creation (the
+    test-only skew hook) is a restart after an hour's gap: the startup rule
+    passes over each schedule's instants of that hour. The log's
+    `passed-over` line and `status` count them; each summary row's line
+    carries its count; `--apply` logs one summary line, and no line per
+    unchanged schedule."""
+    store = tmp_path / "store"
+    folder = tmp_path / "defs"
+    cron = '[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\n'
+    write_definition(folder, "every", f'id = "every"\n{cron}')
+    write_definition(folder, "keep", f'id = "keep"\n{cron}[policy]\nmisfire = "latest"\n')
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    write_definition(
+        folder, "once", f'id = "once"\n[trigger]\nat = "{at}"\n[run]\ncommand = ["true"]\n'
+    )
+    skew = {"WFSCHED_TEST_CLOCK_SKEW": "3600"}
+    daemon = Daemon(store, "--apply", str(folder), env=skew)
+    try:
+        daemon.wait_started()
+        wait_for(lambda: " passed-over " in daemon.text(), what="the passed-over line")
+        shown = json.loads(cli("--store", str(store), "status", "--json").stdout)
+        human = cli("--store", str(store), "status", env={**os.environ, "COLUMNS": "250"}).stdout
+    finally:
+        assert daemon.stop() == 0
+    lines = daemon.text().splitlines()
+    assert [line.split()[1] for line in lines[:5]] == ["applied"] * 3 + ["apply-summary", "ready"]
+    assert "created=3 updated=0 unchanged=0" in lines[3]
+    counts = {}
+    for line in lines:
+        if " skipped-misfire " in line and "reason=supervisor-down" in line:
+            schedule = line.split(" schedule=")[1].split()[0]
+            counts[schedule] = int(line.split(" count=")[1].split()[0]) if " count=" in line else 1
+    assert (
+        counts["once"] == 1
+        and counts["every"] in (60, 61)
+        and counts["keep"] == counts["every"] - 1
+    )
+    (passed,) = [line for line in lines if " passed-over " in line]
+    assert f" instants={sum(counts.values())} instants_exact=True schedules=3 " in passed
+    assert 'misfire = \\"latest\\" keeps the latest' in passed
+    report = shown["passed_over_at_start"]
+    assert (report["instants"], report["schedules"]) == (sum(counts.values()), 3)
+    assert f"{sum(counts.values())} instants of 3 schedules at the start " in human
+    assert '(misfire = "skip" drops them; "latest" keeps the latest)' in human
+    # Started again on the same folder: one summary line, no line per schedule.
+    again = Daemon(store, "--apply", str(folder), env=skew)
+    try:
+        again.wait_started()
+    finally:
+        assert again.stop() == 0
+    events = [line.split()[1] for line in again.text().splitlines()]
+    assert "applied" not in events and events[:2] == ["apply-summary", "ready"]
+    assert "created=0 updated=0 unchanged=3" in again.text()

@@ -307,7 +307,7 @@ def test_a_sigkilled_leader_shows_as_silent_not_as_leader_or_live_standby(
         assert leader["host"] == "a" and leader["pid"] == first.proc.pid
         assert 0 <= leader["lease_expires_in"] <= 8
         assert [h["role"] for h in shown["hosts"] if h["host"] == "a"] == ["leader"]
-        human = wfsched(pg_url, "status").stdout
+        human = wfsched(pg_url, "status", env={"COLUMNS": "250"}).stdout
         assert "lease held by a silent host, expires in " in human, human
         assert "host a: silent since " in human, human
         checked = wfsched(pg_url, "status", "--check")

@@ -14,6 +14,8 @@ import math
 from typing import Any
 
 from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.passed_over import META_KEY as PASSED_OVER_KEY
+from wfsched.domain.passed_over import published as passed_over
 from wfsched.domain.tickerrors import META_KEY as TICK_ERRORS_KEY
 from wfsched.domain.tickerrors import published
 from wfsched.domain.timeutil import Clock, format_event, format_instant, wall_clock
@@ -58,6 +60,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
                 "launcher_state",
                 "launcher_since",
                 "launcher_error",
+                PASSED_OVER_KEY,
             )
         }
         counts = store.run_state_counts()
@@ -123,6 +126,9 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             }
             for row in rejected
         ],
+        # What the startup rule passed over when the running (or last)
+        # supervisor started (wfsched.domain.passed_over).
+        "passed_over_at_start": passed_over(meta[PASSED_OVER_KEY]),
         "store": store.display,
         **_cluster(store.kind, lease, hosts, host_timeout, lease_renew),
     }
@@ -289,6 +295,7 @@ def status_without_store(display: str, kind: str = "sqlite") -> dict[str, Any]:
         "errors": published(None),
         "launcher": None,
         "preflight_rejected": [],
+        "passed_over_at_start": None,
         "store": display,
         **_cluster(kind, None, [], DEFAULTS.host_timeout, DEFAULTS.lease_renew),
     }

@@ -702,6 +702,15 @@ def status(state: CliState, as_json: bool, check: bool) -> int | None:
             f"DOWN since {launcher['since']}: {launcher['last_error']}; runs wait, retrying",
         )
     output.add_row(grid, "preflight-rejected", len(info["preflight_rejected"]))
+    passed = info["passed_over_at_start"]
+    if passed and passed["instants"]:
+        count = f"{passed['instants']}{'' if passed['instants_exact'] else '+'}"
+        output.add_row(
+            grid,
+            "passed over",
+            f"{count} instants of {passed['schedules']} schedules at the start {passed['at']}"
+            ' (misfire = "skip" drops them; "latest" keeps the latest)',
+        )
     fault = supervisor["fault"]
     if fault:
         output.add_row(grid, "fault", f"{fault['kind']} since {fault['since']}: {fault['error']}")
