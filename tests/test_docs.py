@@ -402,6 +402,27 @@ def test_the_unit_family_agrees_with_operations_md() -> None:
     assert "```ini\n" + "\n".join(settings) + "\n```" in _docs_text("high-availability.md")
 
 
+def test_the_readme_installs_what_the_unit_runs() -> None:
+    """The README's service section creates the binary the unit's ExecStart
+    runs and the folder its --apply reads, from files that exist."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Run it as a service", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line.split("  #", 1)[0]) for line in block.splitlines()]
+    argv = shlex.split(_unit()["Service"]["ExecStart"])
+    assert ["ln", "-s", "/opt/wfsched/bin/wfsched", argv[0]] in commands
+    assert ["python3", "-m", "venv", "/opt/wfsched"] in commands
+    folder = argv[argv.index("--apply") + 1]
+    assert ["mkdir", "-p", folder] in commands
+    copies = [command for command in commands if command[:1] == ["cp"]]
+    for command in copies:
+        assert (ROOT / command[1]).exists(), command
+    assert ["cp", "docs/systemd/wfsched.service", "/etc/systemd/system/"] in copies
+    assert "systemctl daemon-reload && systemctl enable --now wfsched" in block
+    store = argv[argv.index("--store") + 1]
+    assert ["wfsched", "--store", store, "status", "--check"] in commands
+
+
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     tool = shutil.which("systemd-analyze")
     if tool is None:
