@@ -534,6 +534,56 @@ def test_requests_queue_in_order_until_answered(store: Store) -> None:
     assert store.get_request(10_000) is None
 
 
+def test_a_request_is_answered_once_and_keeps_its_progress_note_until_then(store: Store) -> None:
+    """Whoever answers first (the run's host's agent or the leader) wins: a
+    second answer writes nothing and says so; a progress note is kept only
+    while the request is pending."""
+    add_schedule(store)
+    with store.atomic():
+        seq = store.insert_request("cancel", T0, run_seq=7)
+        store.note_request(seq, "run-000007 cancelling on host a")
+    pending = store.get_request(seq)
+    assert pending is not None
+    assert (pending.state, pending.result) == ("pending", "run-000007 cancelling on host a")
+    with store.atomic():
+        assert store.finish_request(seq, "done", "run-000007 cancelled", T0 + 1) is True
+    with store.atomic():
+        assert store.finish_request(seq, "done", "run-000007 failed", T0 + 2) is False
+        store.note_request(seq, "late note")
+    answered = store.get_request(seq)
+    assert answered is not None
+    assert (answered.state, answered.result, answered.handled_at) == (
+        "done",
+        "run-000007 cancelled",
+        T0 + 1,
+    )
+
+
+def test_each_host_sees_the_cancels_and_resumes_of_its_own_runs(store: Store) -> None:
+    """A host's agent reads the pending cancels and resumes of runs recorded on
+    it (and of runs recorded on no host), never a trigger or another host's;
+    an execution slot counts on the host that holds it."""
+    add_schedule(store)
+    on_a, on_b, nowhere = (admit(store, "s", T0 + 60 * n) for n in (1, 2, 3))
+    with store.atomic():
+        store.update_run(on_a, host="a", state="running", attempt=1)
+        store.update_run(on_b, host="b", state="running", attempt=1)
+        asks = [
+            store.insert_request("cancel", T0, run_seq=on_b),
+            store.insert_request("resume", T0, run_seq=on_a),
+            store.insert_request("trigger", T0, schedule_id="s"),
+            store.insert_request("cancel", T0, run_seq=nowhere),
+            store.insert_request("cancel", T0, run_seq=on_a),
+        ]
+    assert [r.seq for r in store.pending_run_requests("a")] == [asks[1], asks[3], asks[4]]
+    assert [r.seq for r in store.pending_run_requests("b")] == [asks[0], asks[3]]
+    with store.atomic():
+        store.finish_request(asks[1], "done", "run attempt 2", T0 + 1)
+    assert [r.seq for r in store.pending_run_requests("a")] == [asks[3], asks[4]]
+    assert (store.executing_count(), store.executing_count("a")) == (3, 1)
+    assert (store.executing_count("b"), store.executing_count("c")) == (1, 0)
+
+
 def test_meta_is_an_upsert(store: Store) -> None:
     with store.atomic():
         store.set_meta(pid="1", started_at="5.0")

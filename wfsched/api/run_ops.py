@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from wfsched.api.paging import decode_cursor, encode_cursor
+from wfsched.api.run_hosts import host_row, resume_refusal, unreachable
 from wfsched.api.views import notification_view, run_view
-from wfsched.domain.timeutil import Clock, wall_clock
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.timeutil import Clock, format_event, wall_clock
 from wfsched.errors import ConflictError, NotFoundError, OperationError, UsageError
 from wfsched.store import RequestRow, RunRow, Store, parse_run_id
 from wfsched.store.rundirs import NO_RESUME_INPUT, RunDir, log_truncation
@@ -218,6 +220,7 @@ class Runs:
             run = self.run(text)
             if run.state != "interrupted":
                 raise ConflictError(f"{run.run_id} is {run.state}; only interrupted runs resume")
+            self.check_resume_host(run)
             payload = None if resume_input is NO_RESUME_INPUT else json.dumps(resume_input)
             return self.store.insert_request(
                 "resume", self.clock(), run_seq=run.seq, payload=payload
@@ -230,6 +233,47 @@ class Runs:
             if run.state in ("completed", "failed"):
                 return f"{run.run_id} had already finished ({run.state}); nothing to cancel"
             return self.store.insert_request("cancel", self.clock(), run_seq=run.seq)
+
+    def check_resume_host(self, run: RunRow) -> None:
+        """ConflictError (exit 4) naming the host while the run's host is lost:
+        a run resumes only on its own host, where its state directory is."""
+        refusal = resume_refusal(self.store, run, self._host_timeout())
+        if refusal is not None:
+            raise ConflictError(refusal)
+
+    def _host_timeout(self) -> float:
+        """The supervisors' host_timeout, as the leader announced it."""
+        text = self.store.get_meta("host_timeout")
+        try:
+            return float(text) if text else SupervisorConfig.host_timeout
+        except ValueError:
+            return SupervisorConfig.host_timeout
+
+    def waiting_note(self, request: RequestRow) -> str | None:
+        """What a pending cancel or resume waits for, in words: the progress
+        its host's agent noted (`cancelling on host a: ...`), or that agent
+        itself when the store has several hosts. None: nothing to add."""
+        if request.result:
+            return request.result
+        run = self.store.get_run(request.run_seq) if request.run_seq else None
+        if run is None or run.host is None or run.state not in ("running", "interrupted"):
+            return None
+        row = host_row(self.store, run.host)
+        if row is None:
+            return None
+        if row.stopped:
+            return (
+                f"it waits for host {run.host}'s agent: its supervisor stopped at"
+                f" {format_event(row.last_seen)}, and carries it out once it starts again"
+            )
+        timeout = self._host_timeout()
+        if unreachable(self.store, run.host, timeout) is not None:
+            return None  # the leader answers it (a lost host)
+        return (
+            f"it waits for host {run.host}'s agent (supervisor pid {row.pid}, last seen"
+            f" {format_event(row.last_seen)}), which carries it out; if that host stays"
+            f" silent past host_timeout ({timeout:g}s), the leader answers it instead"
+        )
 
     def supervisor_pid(self) -> int | None:
         return self.store.supervisor_pid()

@@ -413,7 +413,13 @@ def resume(state: CliState, run: str, input_file: Any) -> None:
         except json.JSONDecodeError as exc:
             raise UsageError(f"--input {input_file.name}: not JSON: {exc}") from None
     api = _runs(state)
-    _report(api, api.request_resume(run, document), "resume")
+    _report(
+        api,
+        api.request_resume(run, document),
+        "resume",
+        # Refused because its host was lost by then: a conflict, as up front.
+        on_refusal=lambda: api.check_resume_host(api.run(run)),
+    )
 
 
 @runs.command("cancel")
@@ -455,7 +461,11 @@ class _Zones:
         return self._zones[schedule_id]
 
 
-def _report(api: Runs, request_seq: int, what: str) -> None:
+def _report(
+    api: Runs, request_seq: int, what: str, on_refusal: Callable[[], None] | None = None
+) -> None:
+    """The supervisor's answer, or what the request waits for. `on_refusal`
+    may raise a more precise error than the refusal's exit 1."""
     pid = api.supervisor_pid()
     if pid is None:
         say(
@@ -465,11 +475,17 @@ def _report(api: Runs, request_seq: int, what: str) -> None:
         return
     answer = api.wait(request_seq, ANSWER_WAIT)
     if answer.state == "pending":
-        say(
-            f"{what} request {request_seq} recorded; the supervisor (pid {pid})"
-            " has not answered yet"
-        )
+        note = api.waiting_note(answer)
+        if note is not None:
+            say(f"{what} request {request_seq} recorded; {note}")
+        else:
+            say(
+                f"{what} request {request_seq} recorded; the supervisor (pid {pid})"
+                " has not answered yet"
+            )
     elif answer.state == "refused":
+        if on_refusal is not None:
+            on_refusal()
         raise OperationError(f"{what} refused: {answer.result}")
     else:
         say(answer.result or "done")

@@ -454,7 +454,10 @@ class Keeper:
         try:
             lock_fd = os.open(lock_path, flags, 0o600)
         except OSError as exc:
-            return {"error": f"cannot create the launch lock {lock_path} ({_why(exc)})"}
+            return {
+                "error": f"cannot create the launch lock {lock_path} ({_why(exc)})",
+                "errno": exc.errno,
+            }
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             started = os.fstat(lock_fd).st_size > 0

@@ -133,7 +133,9 @@ class RecordError(ValueError):
 
 class SpawnRefused(OSError):
     """The keeper is fine but could not fork (a process limit, out of
-    memory): this launch failed, the next one may succeed. Carries the errno."""
+    memory) or could not write the attempt's launch lock or started record
+    (a full or failing disk): nothing started, the next launch may succeed.
+    Carries the errno."""
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()

@@ -230,10 +230,10 @@ class Store(Protocol):
 
     def all_active_run_counts(self) -> dict[str, int]: ...
 
-    def executing_count(self) -> int:
+    def executing_count(self, host: str | None = None) -> int:
         """Scheduled runs holding an execution slot: running, or admitted and launchable. An
         admitted run of a blocked schedule cannot launch, so it waits without a slot until
-        `resume` clears the block; manual runs bypass capacity."""
+        `resume` clears the block; manual runs bypass capacity. `host`: that host's only."""
         ...
 
     def blocked_admitted_count(self) -> int:
@@ -286,9 +286,21 @@ class Store(Protocol):
 
     def pending_requests(self, limit: int = 100) -> list[RequestRow]: ...
 
+    def pending_run_requests(self, host: str, limit: int = 100) -> list[RequestRow]:
+        """Pending cancels and resumes of runs recorded on `host` (or on no host),
+        oldest first: the work of that host's agent, leader or standby."""
+        ...
+
     def get_request(self, seq: int) -> RequestRow | None: ...
 
-    def finish_request(self, seq: int, state: str, result: str, now: float) -> None: ...
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> bool:
+        """Answer a pending request (compare-and-set on `pending`); False, with
+        nothing written, if it was answered already."""
+        ...
+
+    def note_request(self, seq: int, progress: str) -> None:
+        """A pending request's progress, kept in its `result` while it stays pending."""
+        ...
 
     def set_meta(self, **values: str) -> None: ...
 

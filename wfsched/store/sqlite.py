@@ -17,7 +17,7 @@ import errno
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +95,7 @@ _ATTEMPT_MUTABLE = frozenset(
 )
 # State lists are SQL literals, never bound parameters: SQLite only uses the
 # partial index `runs_unfinished` when the query repeats its WHERE literally.
+_REQUEST_COLUMNS = "seq, kind, schedule_id, run_seq, payload, created_at, state, result, handled_at"
 _UNFINISHED = "state IN ('admitted', 'running', 'interrupted')"
 _EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
 _SCHEDULE_BLOCKED = (
@@ -108,11 +109,17 @@ _OCCURRENCE_SELECT = (
 )
 
 
-CHECKPOINT_CHANGES = 400
+CHECKPOINT_CHANGES = 100
 """Rows a supervisor's connection changes between two checkpoints: an
 admission with its mark writes about 13 log pages for 5 rows, so this is
-about SQLite's own 1,000 pages; an idle supervisor, whose only writes are
-its liveness stamps (one row every 5 s), checkpoints about twice an hour."""
+about 260 pages, 1 MiB of log (SQLite's own 1,000 pages, 4 MiB, filled a
+small filesystem by itself); an idle supervisor, whose only writes are its
+liveness stamps (one row every 5 s), checkpoints about every 8 minutes."""
+JOURNAL_SIZE_LIMIT = 1 << 20
+"""Bytes of write-ahead log every connection keeps once a checkpoint has
+folded it (`PRAGMA journal_size_limit`): SQLite reuses its log file from
+the start after a checkpoint and never shrinks it by itself, so a burst's
+log would hold its high-water mark of disk for good."""
 
 
 def _placeholders(values: Sequence[object]) -> str:
@@ -175,6 +182,7 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
             if self._checkpoints_deferred:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.DatabaseError as exc:
@@ -538,14 +546,16 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         )
         return dict(rows.fetchall())
 
-    def executing_count(self) -> int:
+    def executing_count(self, host: str | None = None) -> int:
         """Scheduled runs holding an execution slot: running, or admitted and
         launchable. An admitted run of a blocked schedule cannot launch, so it
         waits without a slot until `resume` clears the block; manual runs
-        bypass capacity."""
+        bypass capacity. `host`: that host's slots only."""
+        only_host = "" if host is None else " AND host = ?"
         row = self._execute(
             f"SELECT COUNT(*) FROM runs r WHERE {_EXECUTING} AND kind = 'scheduled'"
-            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED})"
+            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED}){only_host}",
+            () if host is None else (host,),
         ).fetchone()
         return int(row[0])
 
@@ -695,31 +705,63 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         """A full disk counts as cleared once `min_free` bytes are free again:
         SQLite can write into WAL space it already has, so one small write
         succeeding proves little, while an admission also writes the run's
-        directory."""
+        directory.
+
+        First the log is folded into the database and truncated to nothing
+        (`wal_checkpoint(TRUNCATE)`): the space the log holds is this
+        store's own, and counted as used it could keep the episode open
+        after the operator freed space, however much was freed. A
+        checkpoint that fails here (the database file must grow and cannot,
+        a reader holds an old snapshot) leaves the free space to decide."""
+        with suppress(sqlite3.Error, StoreError):
+            self._execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._folded_at = self._conn.raw.total_changes
         space = os.statvfs(self.root)
         if space.f_bavail * space.f_frsize < min_free:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.root))
 
     def pending_requests(self, limit: int = 100) -> list[RequestRow]:
         rows = self._execute(
-            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
-            " handled_at FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
             (limit,),
+        )
+        return [RequestRow(*row) for row in rows]
+
+    def pending_run_requests(self, host: str, limit: int = 100) -> list[RequestRow]:
+        """Pending cancels and resumes of runs recorded on `host` (or on no
+        host: recorded before runs had hosts), oldest first: what that host's
+        agent carries out, whoever leads."""
+        columns = ", ".join(f"q.{name.strip()}" for name in _REQUEST_COLUMNS.split(","))
+        rows = self._execute(
+            f"SELECT {columns} FROM requests q JOIN runs r ON r.seq = q.run_seq"
+            " WHERE q.state = 'pending' AND q.kind IN ('cancel', 'resume')"
+            " AND (r.host = ? OR r.host IS NULL) ORDER BY q.seq LIMIT ?",
+            (host, limit),
         )
         return [RequestRow(*row) for row in rows]
 
     def get_request(self, seq: int) -> RequestRow | None:
         row = self._execute(
-            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
-            " handled_at FROM requests WHERE seq = ?",
-            (seq,),
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE seq = ?", (seq,)
         ).fetchone()
         return RequestRow(*row) if row else None
 
-    def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
-        self._write(
-            "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> bool:
+        """Answer a pending request; False (and nothing written) if it was
+        answered already: a request is answered once, by whoever gets there
+        first (its host's agent or the leader)."""
+        cursor = self._execute(
+            "UPDATE requests SET state = ?, result = ?, handled_at = ?"
+            " WHERE seq = ? AND state = 'pending'",
             (state, result, now, seq),
+        )
+        return bool(cursor.rowcount)
+
+    def note_request(self, seq: int, progress: str) -> None:
+        """What a pending request's handler has done so far (`result`, while
+        the request stays pending): a cancel that waits for its run to end."""
+        self._write(
+            "UPDATE requests SET result = ? WHERE seq = ? AND state = 'pending'", (progress, seq)
         )
 
     # -- supervisor bookkeeping --------------------------------------------------
