@@ -271,7 +271,7 @@ def start_supervisor(
     log.close()
     sup = SupervisorProcess(proc, log_path, started)
     deadline = time.monotonic() + ready_timeout
-    while '"event": "started"' not in sup.log_text():
+    while '"event": "ready"' not in sup.log_text():
         if proc.poll() is not None:
             raise RuntimeError(f"supervisor exited {proc.returncode}:\n{sup.log_text()}")
         if time.monotonic() > deadline:

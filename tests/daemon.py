@@ -112,7 +112,7 @@ class Daemon:
 
     def wait_started(self, timeout: float = 15.0) -> None:
         wait_for(
-            lambda: " started pid=" in self.text() or self.proc.poll() is not None,
+            lambda: " ready pid=" in self.text() or self.proc.poll() is not None,
             timeout,
             "the supervisor to start",
         )

@@ -203,7 +203,7 @@ def test_supervise_apply_and_json_log_format(tmp_path: Path) -> None:
     )
     daemon = Daemon(store, "--apply", str(folder), "--log-format", "json")
     try:
-        wait_for(lambda: '"event": "started"' in daemon.text(), what="start")
+        wait_for(lambda: '"event": "ready"' in daemon.text(), what="start")
         assert wfsched_json(store, "get", "a")["revision"] == 1
         assert wfsched(store, "trigger", "a").returncode == 0
         wait_for(lambda: '"event": "completed"' in daemon.text(), what="completion")
@@ -211,7 +211,9 @@ def test_supervise_apply_and_json_log_format(tmp_path: Path) -> None:
         assert daemon.stop() == 0
     events = [json.loads(line) for line in daemon.text().splitlines()]
     names = [event["event"] for event in events]
-    assert names[:2] == ["applied", "started"]
+    assert names[:3] == ["applied", "apply-summary", "ready"]
+    (summary,) = [event for event in events if event["event"] == "apply-summary"]
+    assert (summary["created"], summary["updated"], summary["unchanged"]) == (1, 0, 0)
     assert {"admitted", "started", "completed", "draining", "drained"} <= set(names)
     assert all(event["time"].endswith("Z") for event in events)
 

@@ -51,6 +51,7 @@ from wfsched.errors import DefinitionError
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 UNIT = DOCS / "systemd" / "wfsched.service"
+DROP_IN = DOCS / "systemd" / "wfsched.service.d" / "postgresql.conf"
 PAGES = ("operations", "definitions", "semantics", "runs", "recovery", "benchmarks", "architecture")
 COMMAND_PAGES = ("operations.md", "runs.md", "definitions.md")
 REQUIRED_RUN = {"validate", "apply", "list", "get", "next", "occurrences", "status"}
@@ -364,6 +365,64 @@ def test_unit_has_the_settings_the_design_asks_for() -> None:
     assert "WantedBy" in _unit()["Install"]
 
 
+def _unit_lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_unit_family_agrees_with_operations_md() -> None:
+    """One unit family: the PostgreSQL drop-in inherits every setting that
+    operations.md explains, and those settings are the ones it recommends."""
+    from wfsched.domain.config import SupervisorConfig
+    from wfsched.domain.definition import parse_definition
+
+    service = _unit()["Service"]
+    operations = _docs_text("operations.md")
+    assert service["KillMode"] == "process"
+    assert "Recommendation: `KillMode=process`, as shipped" in operations
+    defaults = parse_definition(
+        'id = "x"\n[trigger]\ncron = "* * * * *"\n[run]\ncommand = ["true"]\n', "x.toml"
+    )
+    floor = SupervisorConfig().drain_grace + defaults.run.kill_grace + 5
+    stop = _timespan_seconds(service["TimeoutStopSec"])
+    assert stop >= floor
+    assert f"`TimeoutStopSec={service['TimeoutStopSec']}`" in operations
+    assert service["RestartPreventExitStatus"].split() == ["2", "4"]
+    lines = _unit_lines(UNIT)
+    at = next(i for i, line in enumerate(lines) if line.startswith("RestartPreventExitStatus="))
+    comment = " ".join(line for line in lines[at - 8 : at] if line.startswith("#"))
+    assert "Exit 2" in comment and "Exit 4" in comment, comment
+    assert service["StateDirectory"] == "wfsched"
+    drop_in = configparser.ConfigParser(strict=False, interpolation=None)
+    drop_in.optionxform = str  # type: ignore[assignment,method-assign]
+    drop_in.read_string(DROP_IN.read_text(encoding="utf-8"))
+    overrides = set(drop_in["Service"])
+    assert overrides == {"EnvironmentFile", "ExecStart", "RestartSec"}, overrides
+    # What high-availability.md shows is the shipped drop-in, line for line.
+    settings = [line for line in _unit_lines(DROP_IN) if line and not line.startswith("#")]
+    assert "```ini\n" + "\n".join(settings) + "\n```" in _docs_text("high-availability.md")
+
+
+def test_the_readme_installs_what_the_unit_runs() -> None:
+    """The README's service section creates the binary the unit's ExecStart
+    runs and the folder its --apply reads, from files that exist."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Run it as a service", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line.split("  #", 1)[0]) for line in block.splitlines()]
+    argv = shlex.split(_unit()["Service"]["ExecStart"])
+    assert ["ln", "-s", "/opt/wfsched/bin/wfsched", argv[0]] in commands
+    assert ["python3", "-m", "venv", "/opt/wfsched"] in commands
+    folder = argv[argv.index("--apply") + 1]
+    assert ["mkdir", "-p", folder] in commands
+    copies = [command for command in commands if command[:1] == ["cp"]]
+    for command in copies:
+        assert (ROOT / command[1]).exists(), command
+    assert ["cp", "docs/systemd/wfsched.service", "/etc/systemd/system/"] in copies
+    assert "systemctl daemon-reload && systemctl enable --now wfsched" in block
+    store = argv[argv.index("--store") + 1]
+    assert ["wfsched", "--store", store, "status", "--check"] in commands
+
+
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     tool = shutil.which("systemd-analyze")
     if tool is None:
@@ -376,6 +435,13 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     text = UNIT.read_text(encoding="utf-8").replace("/usr/local/bin/wfsched", installed)
     unit = tmp_path / "wfsched.service"
     unit.write_text(text, encoding="utf-8")
+    # With the PostgreSQL drop-in beside it, as installed.
+    drop_in = tmp_path / "wfsched.service.d"
+    drop_in.mkdir()
+    (drop_in / "postgresql.conf").write_text(
+        DROP_IN.read_text(encoding="utf-8").replace("/usr/local/bin/wfsched", installed),
+        encoding="utf-8",
+    )
     result = subprocess.run(
         [tool, "verify", str(unit)],
         capture_output=True,
@@ -392,6 +458,47 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------- names from the code
+
+
+def _logged_events() -> set[str]:
+    """Every event name the code logs: the literal first argument of each
+    `log(...)`/`_note(...)` call, the ledger states a tick logs by name
+    (`Entry(...)`, `span_entry(..., state, ...)` in the decisions the
+    supervisor writes; administration's rows are not logged), and the run outcomes
+    logged by their state."""
+    import ast
+
+    names = {"completed", "interrupted", "failed"}
+    for path in (ROOT / "wfsched").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            position = {"log": 0, "_note": 0}.get(called)
+            if path.name == "decisions.py":  # the rows a tick writes, and logs
+                position = {"Entry": 0, "span_entry": 1}.get(called)
+            if position is None or len(node.args) <= position:
+                continue
+            arg = node.args[position]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names.add(arg.value)
+    return names
+
+
+def test_every_logged_event_is_in_the_event_table() -> None:
+    text = _docs_text("operations.md")
+    table = text.split("| event | fields | when |", 1)[1].split("\n\n", 1)[0]
+    documented = {
+        name
+        for row in table.splitlines()[2:]
+        for name in re.findall(r"`([a-z-]+)`", row.split("|")[1])
+    }
+    missing = sorted(_logged_events() - documented)
+    assert not missing, f"events logged but missing from operations.md's event table: {missing}"
+    assert {"ready", "leading", "standby", "late-exit", "apply-summary", "passed-over"} <= (
+        documented
+    )
 
 
 def test_config_keys_are_documented() -> None:

@@ -288,12 +288,18 @@ def test_the_supervisor_rides_out_a_lost_connection_and_logs_the_outage(
                 wait_for(lambda: " fault kind=unreachable" in daemon.text(), what="the fault line")
                 refused = wfsched(pg_url, "list")
                 assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+                # A one-shot command failed for good: it promises no retry.
+                assert "pg_isready" in refused.stderr, refused.stderr
+                assert "reconnects" not in refused.stderr, refused.stderr
             finally:
                 admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         wait_for(lambda: " fault-cleared " in daemon.text(), timeout=30, what="reconnection")
         assert daemon.proc.poll() is None
         line = next(x for x in daemon.text().splitlines() if " fault-cleared " in x)
         assert "kind=unreachable" in line and "duration=" in line
+        # The supervisor does reconnect by itself, and says so where it does.
+        opened = next(x for x in daemon.text().splitlines() if " fault kind=unreachable" in x)
+        assert opened.endswith('the supervisor reconnects by itself"'), opened
         # Leading again (its lease, renewed on a connection of its own).
         wait_for(
             lambda: leader_pid(pg_url) == daemon.proc.pid,

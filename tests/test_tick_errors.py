@@ -481,7 +481,7 @@ def test_a_failed_checkpoint_in_the_loop_is_counted_and_the_loop_goes_on(
     every commit) must not end it."""
     serve_until_a_tick_error(h, monkeypatch, "checkpoint")
     assert h.supervisor.errors.counts == {"checkpoint": 1}
-    assert [event for event, _ in h.events] == ["started", "tick-error", "draining", "drained"]
+    assert [event for event, _ in h.events] == ["ready", "tick-error", "draining", "drained"]
 
 
 def test_a_failed_next_due_lookup_in_the_loop_sleeps_a_poll_interval(
@@ -490,7 +490,7 @@ def test_a_failed_next_due_lookup_in_the_loop_sleeps_a_poll_interval(
     """serve() asks the store when to wake; a failure there must not end it."""
     serve_until_a_tick_error(h, monkeypatch, "earliest_due_schedule")
     assert h.supervisor.errors.counts == {"next-due": 1}
-    assert [event for event, _ in h.events] == ["started", "tick-error", "draining", "drained"]
+    assert [event for event, _ in h.events] == ["ready", "tick-error", "draining", "drained"]
 
 
 def test_a_store_error_in_the_quiet_check_is_contained(

@@ -1,3 +1,3 @@
-"""wfsched: a durable cron replacement for one host."""
+"""wfsched: a durable cron replacement, on one host (SQLite) or several (PostgreSQL)."""
 
 __version__ = "0.1.0"

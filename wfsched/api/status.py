@@ -16,6 +16,8 @@ import math
 from typing import Any
 
 from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.passed_over import META_KEY as PASSED_OVER_KEY
+from wfsched.domain.passed_over import published as passed_over
 from wfsched.domain.tickerrors import META_KEY as TICK_ERRORS_KEY
 from wfsched.domain.tickerrors import published
 from wfsched.domain.timeutil import Clock, format_event, format_instant, wall_clock
@@ -60,6 +62,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
                 "launcher_state",
                 "launcher_since",
                 "launcher_error",
+                PASSED_OVER_KEY,
             )
         }
         counts = store.run_state_counts()
@@ -72,6 +75,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         hosts = store.host_rows()
         host_timeout = _number(store.get_meta("host_timeout")) or DEFAULTS.host_timeout
         drains = _drains(store.draining_hosts(), clock())
+        lease_renew = _number(store.get_meta("lease_renew")) or DEFAULTS.lease_renew
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
     poll_interval = _number(meta["poll_interval"]) or DEFAULTS.poll_interval
@@ -93,7 +97,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         # The leader never drains (it hands the lease over first); with no
         # leader, a draining supervisor is what holds the store.
         drain = None if lease is not None and lease.live else next(iter(drains.values()), None)
-    return {
+    info: dict[str, Any] = {
         "supervisor": {
             "running": running,
             "state": None if not running else "draining" if drain else "supervising",
@@ -136,9 +140,52 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             }
             for row in rejected
         ],
+        # What the startup rule passed over when the running (or last)
+        # supervisor started (wfsched.domain.passed_over).
+        "passed_over_at_start": passed_over(meta[PASSED_OVER_KEY]),
         "store": store.display,
-        **_cluster(store.kind, lease, hosts, host_timeout, drains),
+        **_cluster(store.kind, lease, hosts, host_timeout, lease_renew, drains),
     }
+    info["problems"] = problems(info)
+    return info
+
+
+def problems(info: dict[str, Any]) -> list[dict[str, str]]:
+    """What `status --check` fails on, one `{check, detail}` per problem: no
+    supervisor, no leader (none holds the lease, or the one holding it went
+    silent), a stale stamp, an open fault episode, each blocked schedule.
+    Pure over the status object, so both stores answer alike."""
+    found = []
+    supervisor = info["supervisor"]
+    if not supervisor["running"]:
+        found.append(("no-supervisor", f"no supervisor runs on store {info['store']}"))
+    elif info["store_kind"] == "postgresql":
+        leader = info["leader"]
+        if leader is None:
+            found.append(("no-leader", "supervisors run, but none holds the leader lease"))
+        elif leader["silent_since"] is not None:
+            found.append(
+                (
+                    "leader-silent",
+                    f"lease held by a silent host {leader['host']} (pid {leader['pid']}, no"
+                    f" heartbeat since {leader['silent_since']}), expires in"
+                    f" {leader['lease_expires_in']:g} s",
+                )
+            )
+    if supervisor["stale"]:
+        found.append(("stale", f"no tick stamped since {supervisor['last_tick_at']}"))
+    fault = supervisor["fault"]
+    if fault:
+        found.append(("fault", f"{fault['kind']} since {fault['since']}: {fault['error']}"))
+    for blocked in info["blocked"]:
+        found.append(("blocked", f"schedule {blocked['schedule_id']}: {blocked['reason']}"))
+    return [{"check": check, "detail": detail} for check, detail in found]
+
+
+SILENT_RENEWALS = 2
+"""A heartbeat later than this many renew intervals is `silent`: every
+supervisor writes one each renew interval, so two missed ones mean it is
+dead, stopped (SIGSTOP) or cut off, long before `host_timeout` calls it lost."""
 
 
 def _drains(marks: dict[str, str], now: float) -> dict[str, dict[str, Any]]:
@@ -172,16 +219,21 @@ def _cluster(
     lease: LeaseRow | None,
     hosts: list[HostRow],
     host_timeout: float,
+    lease_renew: float,
     drains: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """Who leads and which hosts are there (a PostgreSQL store's supervisors).
 
     Times come from the database's clock. A host is `leader`, `standby`,
     `draining` (its supervisor was told to stop and waits for its runs),
-    `stopped` (its supervisor shut down cleanly) or `lost` (no heartbeat for
-    `host_timeout`); a clock more than CLOCK_WARNING seconds off the
-    database's is warned about (decisions stay right, but its log times and
-    `now` disagree with the other hosts')."""
+    `silent` (its heartbeat is more than SILENT_RENEWALS renew intervals
+    late: a SIGKILLed leader is shown so at once, not as a live standby
+    until `host_timeout`), `stopped` (its supervisor shut down cleanly) or
+    `lost` (no heartbeat for `host_timeout`); a leader whose host went silent
+    keeps the lease until it expires, and says so. A clock more than
+    CLOCK_WARNING seconds off the database's is warned about (decisions
+    stay right, but its log times and `now` disagree with the other
+    hosts')."""
     leader = None
     if lease is not None and lease.live:
         leader = {
@@ -190,31 +242,46 @@ def _cluster(
             "epoch": lease.epoch,
             "since": format_event(lease.acquired_at),
             "lease_expires_at": format_event(lease.expires_at),
+            "lease_expires_in": round(max(0.0, lease.expires_at - lease.db_now), 1),
+            "silent_since": None,
         }
     listed = []
     warnings = []
     for row in hosts:
+        late = row.db_now - row.last_seen
+        silent = not row.stopped and late > SILENT_RENEWALS * lease_renew
+        leads = leader is not None and row.host == leader["host"] and row.pid == leader["pid"]
         drain = drains.get(row.host)
         if drain is not None and drain["pid"] == row.pid:
             role = "draining"
         elif row.stopped:
             role = "stopped"
-        elif row.db_now - row.last_seen > host_timeout:
+        elif late > host_timeout:
             role = "lost"
-        elif leader is not None and row.host == leader["host"] and row.pid == leader["pid"]:
+        elif leads:
             role = "leader"
+        elif silent:
+            role = "silent"
         else:
             role = "standby"
+        if leads and silent and leader is not None:
+            leader["silent_since"] = format_event(row.last_seen)
         listed.append(
             {
                 "host": row.host,
                 "pid": row.pid,
                 "role": role,
                 "last_seen": format_event(row.last_seen),
+                "silent_since": format_event(row.last_seen) if silent else None,
                 "clock_offset": round(row.clock_offset, 3),
                 "executing": row.executing,
             }
         )
+        if silent and role != "lost":
+            warnings.append(
+                f"host {row.host}: silent since {format_event(row.last_seen)} (no heartbeat"
+                f" for {late:.1f}s; lost after {host_timeout:g}s)"
+            )
         if role != "stopped" and abs(row.clock_offset) > CLOCK_WARNING:
             ahead = "ahead of" if row.clock_offset > 0 else "behind"
             warnings.append(
@@ -253,7 +320,7 @@ def _launcher(meta: dict[str, str | None]) -> dict[str, Any] | None:
 
 def status_without_store(display: str, kind: str = "sqlite") -> dict[str, Any]:
     """The same shape for a store that does not exist yet (nothing to report)."""
-    return {
+    info: dict[str, Any] = {
         "supervisor": {
             "running": False,
             "pid": None,
@@ -276,9 +343,12 @@ def status_without_store(display: str, kind: str = "sqlite") -> dict[str, Any]:
         "errors": published(None),
         "launcher": None,
         "preflight_rejected": [],
+        "passed_over_at_start": None,
         "store": display,
-        **_cluster(kind, None, [], DEFAULTS.host_timeout, {}),
+        **_cluster(kind, None, [], DEFAULTS.host_timeout, DEFAULTS.lease_renew, {}),
     }
+    info["problems"] = problems(info)
+    return info
 
 
 def _number(text: str | None) -> float | None:

@@ -44,6 +44,8 @@ class CliState:
 
     store_option: str | None = None
     """`--store` / `$WFSCHED_STORE` as given; None means the default."""
+    local_dir_option: str | None = None
+    """`--local-dir` / `$WFSCHED_LOCAL_DIR` as given (PostgreSQL stores)."""
     _location: StoreLocation | None = field(default=None, repr=False)
     debug: bool = False
     clock: Clock = wall_clock
@@ -82,7 +84,7 @@ class CliState:
         if self._location is None:
             from wfsched.store.location import resolve_store
 
-            location = resolve_store(self.store_option)
+            location = resolve_store(self.store_option, self.local_dir_option)
             if self.uses_runs_dir:
                 runs_dir = self.settings(location.local_dir).runs_dir
                 if runs_dir is not None:

@@ -139,19 +139,38 @@ def _print_traceback() -> None:
 @click.option(
     "--store",
     "store",
-    metavar="PATH",
+    metavar="PATH|URL",
     envvar="WFSCHED_STORE",
     show_envvar=True,
-    help="Store directory. [default: $XDG_STATE_HOME/wfsched, i.e. ~/.local/state/wfsched]",
+    help=(
+        "The store: a directory (SQLite) or a postgresql://[user@]host[:port]/dbname URL"
+        " (several hosts share it). [default: $XDG_STATE_HOME/wfsched, i.e."
+        " ~/.local/state/wfsched]"
+    ),
+)
+@click.option(
+    "--local-dir",
+    "local_dir",
+    metavar="DIR",
+    envvar="WFSCHED_LOCAL_DIR",
+    show_envvar=True,
+    help=(
+        "PostgreSQL store: this host's directory (config.toml, run directories), made"
+        " mode 0700. [default: $STATE_DIRECTORY/postgresql/<db>@<host>:<port> under"
+        " systemd, else the same under $XDG_STATE_HOME/wfsched]"
+    ),
 )
 @click.option("--debug", is_flag=True, help="Show a traceback when a command fails.")
 @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
-    """wfsched: a durable cron replacement for one host.
+def cli(ctx: click.Context, store: str | None, local_dir: str | None, debug: bool) -> None:
+    """wfsched: a durable cron replacement.
 
     Keep schedule definitions as TOML files, load them with `apply`, and let
-    `wfsched supervise` run them. Every read command takes --json.
+    `wfsched supervise` run them. One host keeps its store in a SQLite
+    directory; several hosts share a PostgreSQL store (--store postgresql://...),
+    one supervisor leading and the others standing by. Every read command
+    takes --json.
 
     Exit status: 0 ok, 1 failed, 2 usage or invalid definition, 3 not found,
     4 conflict (stale revision, id taken, deleted schedule, store owned).
@@ -160,6 +179,7 @@ def cli(ctx: click.Context, store: str | None, debug: bool) -> None:
     state.debug = debug
     # Resolved on first use: `validate` never touches a store.
     state.store_option = store
+    state.local_dir_option = local_dir
 
 
 # --- command registration: the one place command groups join `wfsched` ---------

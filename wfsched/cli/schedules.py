@@ -803,9 +803,19 @@ def _occurrence_cells(item: dict[str, Any], zone: Any) -> tuple[Any, Any, Any]:
 
 @click.command()
 @_json_option
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 with one line per problem (no supervisor or leader, stale, fault, blocked);"
+    " 0 and `ok` when there is none.",
+)
 @pass_state
-def status(state: CliState, as_json: bool) -> None:
-    """Is a supervisor running? Executing and interrupted runs, capacity, blocked."""
+def status(state: CliState, as_json: bool, check: bool) -> int | None:
+    """Is a supervisor running? Executing and interrupted runs, capacity, blocked.
+
+    With --check, a health check for scripts and monitors (`wfsched status
+    --check || alert`): exit 0 when all is well, 1 when a problem is found.
+    """
     from wfsched.api.status import status as store_status
     from wfsched.api.status import status_without_store
 
@@ -815,9 +825,16 @@ def status(state: CliState, as_json: bool) -> None:
         info = status_without_store(location.display, location.kind)
     else:
         info = store_status(store, clock=state.clock)
+    failed = 1 if check and info["problems"] else None
     if as_json:
         output.print_json(info)
-        return
+        return failed
+    if check:
+        for problem in info["problems"]:
+            output.say(f"{problem['check']}: {problem['detail']}")
+        if not info["problems"]:
+            output.say("ok")
+        return failed
     supervisor = info["supervisor"]
     if supervisor["running"]:
         alive = f"running (pid {supervisor['pid']})"
@@ -877,6 +894,15 @@ def status(state: CliState, as_json: bool) -> None:
             f"DOWN since {launcher['since']}: {launcher['last_error']}; runs wait, retrying",
         )
     output.add_row(grid, "preflight-rejected", len(info["preflight_rejected"]))
+    passed = info["passed_over_at_start"]
+    if passed and passed["instants"]:
+        count = f"{passed['instants']}{'' if passed['instants_exact'] else '+'}"
+        output.add_row(
+            grid,
+            "passed over",
+            f"{count} instants of {passed['schedules']} schedules at the start {passed['at']}"
+            ' (misfire = "skip" drops them; "latest" keeps the latest)',
+        )
     fault = supervisor["fault"]
     if fault:
         output.add_row(grid, "fault", f"{fault['kind']} since {fault['since']}: {fault['error']}")
@@ -890,14 +916,20 @@ def status(state: CliState, as_json: bool) -> None:
         )
     if info["store_kind"] == "postgresql":
         leader = info["leader"]
-        output.add_row(
-            grid,
-            "leader",
-            f"{leader['host']} (pid {leader['pid']}, epoch {leader['epoch']},"
-            f" lease until {leader['lease_expires_at']})"
-            if leader
-            else "NONE: no supervisor holds the lease",
-        )
+        if leader is None:
+            leading = "NONE: no supervisor holds the lease"
+        elif leader["silent_since"] is not None:
+            leading = (
+                f"{leader['host']} (pid {leader['pid']}, epoch {leader['epoch']}): lease held"
+                f" by a silent host, expires in {leader['lease_expires_in']:g} s (silent since"
+                f" {leader['silent_since']})"
+            )
+        else:
+            leading = (
+                f"{leader['host']} (pid {leader['pid']}, epoch {leader['epoch']},"
+                f" lease until {leader['lease_expires_at']})"
+            )
+        output.add_row(grid, "leader", leading)
         output.add_row(
             grid,
             "standbys",
@@ -905,8 +937,13 @@ def status(state: CliState, as_json: bool) -> None:
         )
     output.show(state.get_console(), grid)
     for host in info["hosts"]:
+        role = host["role"]
+        if host["silent_since"] is not None and role != "lost":
+            role = f"silent since {host['silent_since']}" + (
+                " (holds the lease)" if role == "leader" else ""
+            )
         output.say(
-            f"host {host['host']}: {host['role']}, pid {host['pid']}, last seen"
+            f"host {host['host']}: {role}, pid {host['pid']}, last seen"
             f" {host['last_seen']}, clock offset {host['clock_offset']:+.3f}s,"
             f" executing {host['executing']}"
         )
@@ -916,6 +953,7 @@ def status(state: CliState, as_json: bool) -> None:
         output.say(f"blocked {blocked['schedule_id']}: {blocked['reason']}")
     for rejection in info["preflight_rejected"]:
         output.say(_rejection_line(rejection["schedule_id"], rejection))
+    return None
 
 
 def _errors_line(errors: dict[str, Any]) -> str:

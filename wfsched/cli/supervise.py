@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from typing import TYPE_CHECKING
 
 import click
@@ -221,7 +222,12 @@ def _apply(store: Store, apply_dir: str, strict: bool, state: CliState, log: Eve
     Without `strict`, what `wfsched apply` would refuse is left out and
     logged, and the valid rest is applied: a schedule whose file is invalid
     keeps the revision the store has (it runs as before), and a file whose
-    id belongs to a deleted schedule leaves it deleted."""
+    id belongs to a deleted schedule leaves it deleted. One `applied` line
+    per schedule it changed, and one `apply-summary` line with the count of
+    each action: a folder of 3,000 unchanged files must not write 3,000
+    lines at every start."""
+    from collections import Counter
+
     from wfsched.api.admin import LEFT_ALONE, Admin, load_sources
 
     now = int(state.clock())
@@ -236,7 +242,11 @@ def _apply(store: Store, apply_dir: str, strict: bool, state: CliState, log: Eve
             reason=f"{error}; this file is not applied (its schedule, if any, keeps its stored"
             " revision): fix it, then `wfsched apply` or restart",
         )
+    counts: Counter[str] = Counter({"created": 0, "updated": 0, "unchanged": 0})
     for action in actions:
+        counts[action.action] += 1
+        if action.action == "unchanged":
+            continue
         if action.action == LEFT_ALONE:
             from wfsched.cli.schedules import left_alone_words
 
@@ -257,6 +267,11 @@ def _apply(store: Store, apply_dir: str, strict: bool, state: CliState, log: Eve
             )
         else:
             log("applied", schedule=action.schedule_id, action=action.action)
+    log(
+        "apply-summary",
+        folder=apply_dir,
+        **{re.sub(r"[^a-z0-9]+", "_", name).strip("_"): count for name, count in counts.items()},
+    )
 
 
 def register(group: click.Group) -> None:

@@ -34,9 +34,19 @@ from wfsched.daemon.sdnotify import Notifier
 from wfsched.daemon.wakeup import Waiter
 from wfsched.domain.calendar import CronCalendar, OneShotCalendar, calendar_for
 from wfsched.domain.config import SupervisorConfig
-from wfsched.domain.decisions import FAILOVER, Candidate, Decision, ScheduleView, decide
+from wfsched.domain.decisions import (
+    FAILOVER,
+    SCAN_CAP,
+    SUPERVISOR_DOWN,
+    Candidate,
+    Decision,
+    ScheduleView,
+    decide,
+)
 from wfsched.domain.inputs import resolve_input
 from wfsched.domain.model import Definition
+from wfsched.domain.passed_over import HINT, PassedOver
+from wfsched.domain.passed_over import META_KEY as PASSED_OVER_KEY
 from wfsched.domain.tickerrors import META_KEY, TickErrors, describe
 from wfsched.domain.timeutil import (
     MAX_DURATION,
@@ -81,8 +91,9 @@ from wfsched.store import (
     run_id,
 )
 from wfsched.store.commit_watch import CommitWatch
+from wfsched.store.location import ensure_local_dir
 from wfsched.store.ownership import Ownership
-from wfsched.store.resource_faults import classify, probe_directory
+from wfsched.store.resource_faults import classify, probe_directory, supervisor_words
 from wfsched.store.rows import AttemptEnd, Invocation
 from wfsched.store.rundirs import (
     NO_RESUME_INPUT,
@@ -397,6 +408,10 @@ class Supervisor:
         self._admission_failed = False
         """The last admission phase did not commit: instants decided late now
         were late because the store failed (`store-unavailable`)."""
+        self._passed_over: PassedOver | None = PassedOver()
+        """What the startup rule passed over, until reported once (None after)."""
+        self._passing: list[tuple[str, int | None]] = []
+        """This admission transaction's startup rows, counted once it committed."""
         self._waiter: Waiter | None = None
         """Set while serving: the sleep between ticks (tests tick directly)."""
         self._next_retention = 0.0
@@ -475,6 +490,7 @@ class Supervisor:
                 stamp_interval=repr(self._stamp_interval(quiet=self.store.changes() is not None)),
                 max_concurrent_runs=str(self.config.max_concurrent_runs),
                 host_timeout=repr(self.config.host_timeout),
+                lease_renew=repr(self.config.lease_renew),
                 **{META_KEY: self.errors.to_meta()},
             )
             self._store_launcher_health()
@@ -495,7 +511,8 @@ class Supervisor:
         # Opened now, while descriptors are to be had (see FaultFile).
         self.fault_file.write(None)
         self.notifier.send("READY=1", "STATUS=supervising")
-        self.log("started", pid=os.getpid(), host=self.config.host, store=self.store.display)
+        # `ready`, as READY=1: `started` is an attempt's launch.
+        self.log("ready", pid=os.getpid(), host=self.config.host, store=self.store.display)
         waiter = self._waiter = Waiter()
         waiter.watch(self.control.fileno())
         if self.leadership.fenced:
@@ -932,22 +949,23 @@ class Supervisor:
         if fault is None:
             return False
         now = self.clock()
-        episode = self.errors.open_episode(phase, fault.kind, str(fault), now, fault.where)
+        words = supervisor_words(fault)
+        episode = self.errors.open_episode(phase, fault.kind, words, now, fault.where)
         if episode is None:
             return True
         if episode.holds_store:
             # Instants decided late once it ends were late because of it.
             self._admission_failed = True
-        self.log("fault", kind=fault.kind, phase=phase, reason=str(fault))
+        self.log("fault", kind=fault.kind, phase=phase, reason=words)
         self.observer.fault_opened(fault.kind)
-        self.notifier.send(f"STATUS=fault since {format_event(now)}: {fault}")
+        self.notifier.send(f"STATUS=fault since {format_event(now)}: {words}")
         problem = self.fault_file.write(episode.public())
         if problem is not None:
             self.log("fault-status-failed", reason=problem)
         hook_dir = fault_path(self.store.root).with_name(
             f"fault-hook-{os.getpid()}-{self.errors.episodes}"
         )
-        self.hooks.fire_fault(fault.kind, str(fault), format_event(now) or "", hook_dir)
+        self.hooks.fire_fault(fault.kind, words, format_event(now) or "", hook_dir)
         return True
 
     def _store_usable(self) -> bool:
@@ -1111,6 +1129,8 @@ class Supervisor:
             if not self.store.due_schedules(instant_now, limit=1):
                 self._admission_failed = False
                 self._nothing_due = True
+                if self._passed_over is not None:
+                    self._report_passed_over()
                 return  # the idle tick: one indexed query, nothing more
             self._admission_failed = failed
         began = time.monotonic()
@@ -1149,6 +1169,8 @@ class Supervisor:
                 self._chunk = FIRST_CHUNK  # the burst is over
                 if specs is not None:
                     self._sleep(AFTER_HELD_LAUNCH)  # a held chunk was all of it
+                if self._passed_over is not None:
+                    self._report_passed_over()
                 return
             if (
                 burst.budget <= 0
@@ -1182,6 +1204,7 @@ class Supervisor:
         self._admission_failed = True  # until this decision commits
         self._rejections = []
         self._deferred = []
+        self._passing = []
         try:
             with self.store.atomic():
                 if burst is None:
@@ -1192,6 +1215,9 @@ class Supervisor:
                 if admitted:
                     self.fault("before-admission-commit")
             lines, self._deferred = self._deferred, None
+            if self._passed_over is not None:
+                for schedule_id, count in self._passing:
+                    self._passed_over.add(schedule_id, count)
             if held is not None and marked:
                 self._unsaid = lines
             else:
@@ -1208,6 +1234,20 @@ class Supervisor:
         self._rejected.extend(self._rejections)  # committed: their hooks are owed
         self._rejections = []
         return burst, admitted, marked, specs
+
+    def _report_passed_over(self) -> None:
+        """Once, after the first admission pass that decided every due
+        schedule: how many instants of how many schedules the startup rule
+        passed over (recorded for `status`, then logged). A takeover is no
+        startup and passes nothing over by that rule: it reports none."""
+        report = self._passed_over
+        assert report is not None
+        at = format_event(self.owned_at)
+        with self.store.atomic():
+            self.store.set_meta(**{PASSED_OVER_KEY: report.to_meta(at)})
+        if report.instants:
+            self.log("passed-over", **report.fields(), reason=SUPERVISOR_DOWN, hint=HINT)
+        self._passed_over = None
 
     def _start_burst(self, instant_now: int) -> _Burst:
         """What this tick decides: the due schedules in round-robin order,
@@ -1344,9 +1384,22 @@ class Supervisor:
         )
         record_entries(self.store, row.id, row.revision, decision.entries, now)
         for entry in decision.entries:
+            summary: dict[str, Any] = {}
+            if entry.summary and entry.last is not None:
+                # A summary row's line says how many it stands for (over 100
+                # the count is not computed: `count_over` says so).
+                summary = {"last": format_instant(entry.last), "count": entry.count}
+                if entry.count is None:
+                    summary["count_over"] = SCAN_CAP
             self._note(
-                entry.state, schedule=row.id, at=format_instant(entry.at), reason=entry.reason
+                entry.state,
+                schedule=row.id,
+                at=format_instant(entry.at),
+                reason=entry.reason,
+                **summary,
             )
+            if entry.reason == SUPERVISOR_DOWN and entry.state == "skipped-misfire":
+                self._passing.append((row.id, entry.count if entry.summary else 1))
         admitted = []
         for instant, _why in decision.admit:
             run = self._admit(row, defn, instant, now)
@@ -3071,6 +3124,9 @@ def _supervise(
     which only `store copy` excludes) and the leader lease decides which one
     leads (`wfsched.daemon.leadership`). A runs root given elsewhere is checked
     first: the launcher already writes in the store's local directory."""
+    # The launcher writes in the local directory: made (private) first, or
+    # the start refused with where and how to choose another place.
+    ensure_local_dir(location)
     if location.runs_dir is not None:
         _prepare_runs_dir(location.runs_dir)
     if location.path is not None:

@@ -262,6 +262,8 @@ class _Tick:
         self.capacity_left -= 1
 
 
+SUPERVISOR_DOWN = "supervisor-down"
+"""Reason of what the startup rule passes over (section 4, startup)."""
 FAILOVER = "failover"
 """The late reason of the first decisions after a leader took over from
 another: the instants it passes over are recorded as one span."""
@@ -339,7 +341,7 @@ def _startup(tick: _Tick, cal: _Guarded, through: int) -> None:
         )
         held = decision.candidate
         if held is not None and held.why != "queued" and held.at <= through:
-            decision.entries.append(Entry("skipped-misfire", held.at, "supervisor-down"))
+            decision.entries.append(Entry("skipped-misfire", held.at, SUPERVISOR_DOWN))
             decision.candidate = None
         elif span is not None:
             # A queued instant was not missed, but a newer instant was: the
@@ -348,7 +350,7 @@ def _startup(tick: _Tick, cal: _Guarded, through: int) -> None:
         # Otherwise the queued instant waits for its schedule's run, which
         # recovery re-adopts or settles.
         if span is not None:
-            decision.entries.append(span_entry(span, "skipped-misfire", "supervisor-down"))
+            decision.entries.append(span_entry(span, "skipped-misfire", SUPERVISOR_DOWN))
             decision.consumed_through = span.last
         return
     if decision.consumed_through >= through:
@@ -364,7 +366,7 @@ def _startup(tick: _Tick, cal: _Guarded, through: int) -> None:
     else:
         passed = None
     if passed is not None:
-        decision.entries.append(span_entry(passed, "skipped-misfire", "supervisor-down"))
+        decision.entries.append(span_entry(passed, "skipped-misfire", SUPERVISOR_DOWN))
     tick.hold(instants[-1], "misfire")
     decision.consumed_through = instants[-1]
 

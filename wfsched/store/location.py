@@ -11,13 +11,19 @@ about the store names the store by `display`. Passwords may also come from
 `PGPASSWORD` or `~/.pgpass`, which libpq reads itself.
 
 The local directory (`local_dir`) holds what stays on this host: for SQLite
-the store directory itself; for PostgreSQL a directory of its own under the
-local state directory, where the supervisor finds `config.toml` and keeps
-the run directories of the runs this host executes.
+the store directory itself; for PostgreSQL a directory of its own, where the
+supervisor finds `config.toml` and keeps the run directories of the runs this
+host executes. It is `--local-dir` / `$WFSCHED_LOCAL_DIR` when given, else
+one directory per store under `$STATE_DIRECTORY` (what systemd's
+`StateDirectory=` sets for a service, whose user may have no home), else
+under `$XDG_STATE_HOME/wfsched` or `~/.local/state/wfsched`. There is no
+config.toml key for it: config.toml is read from that directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +50,8 @@ class StoreLocation:
     runs_dir: Path | None = None
     """This host's runs root when set (`--runs-dir`, config `runs_dir`); None:
     `<local_dir>/runs`."""
+    local_dir_from: str = "the store directory"
+    """Where `local_dir` came from, for the error that says how to choose another."""
 
     @property
     def is_postgres(self) -> bool:
@@ -54,11 +62,19 @@ def is_postgres_url(text: str) -> bool:
     return text.strip().lower().startswith(POSTGRES_SCHEMES)
 
 
-def resolve_store(option: str | os.PathLike[str] | None) -> StoreLocation:
-    """The store named by `--store`, else `$WFSCHED_STORE`, else the default path."""
+def resolve_store(
+    option: str | os.PathLike[str] | None, local_dir: str | os.PathLike[str] | None = None
+) -> StoreLocation:
+    """The store named by `--store`, else `$WFSCHED_STORE`, else the default path;
+    `local_dir` is `--local-dir` / `$WFSCHED_LOCAL_DIR` (PostgreSQL stores only)."""
     chosen = str(option or os.environ.get("WFSCHED_STORE") or default_store_path())
     if is_postgres_url(chosen):
-        return postgres_location(chosen.strip())
+        return postgres_location(chosen.strip(), local_dir)
+    if local_dir is not None:
+        raise UsageError(
+            "--local-dir (WFSCHED_LOCAL_DIR): only a PostgreSQL store has a local directory"
+            " of its own; a SQLite store keeps everything in its directory (--store)"
+        )
     path = Path(os.path.realpath(os.path.expanduser(chosen)))
     _refuse_non_directory(path)
     return StoreLocation("sqlite", path, None, str(path), path)
@@ -78,7 +94,7 @@ def _refuse_non_directory(path: Path) -> None:
             return
 
 
-def postgres_location(url: str) -> StoreLocation:
+def postgres_location(url: str, local_dir: str | os.PathLike[str] | None = None) -> StoreLocation:
     """Parse `url` with libpq's own parser; a malformed URL is a usage error
     that does not repeat the URL (it may hold a password)."""
     psycopg = require_psycopg()
@@ -94,15 +110,64 @@ def postgres_location(url: str) -> StoreLocation:
         ) from None
     parts.setdefault("application_name", "wfsched")
     conninfo = psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in parts.items()})
-    return StoreLocation("postgresql", None, conninfo, display_url(parts), local_dir_for(parts))
+    if local_dir is not None and str(local_dir).strip():
+        chosen = Path(os.path.abspath(os.path.expanduser(str(local_dir))))
+        source = "--local-dir (WFSCHED_LOCAL_DIR)"
+    else:
+        chosen, source = local_dir_for(parts)
+    return StoreLocation(
+        "postgresql", None, conninfo, display_url(parts), chosen, local_dir_from=source
+    )
 
 
-def local_dir_for(parts: dict[str, object]) -> Path:
+def local_dir_for(parts: dict[str, object]) -> tuple[Path, str]:
     """`<state dir>/postgresql/<dbname>@<host>:<port>`: one local directory per
-    PostgreSQL store, apart from the default SQLite store's and from each other."""
+    PostgreSQL store, apart from the default SQLite store's and from each other;
+    the state dir is systemd's `$STATE_DIRECTORY` when the service has one
+    (its first entry), else the XDG default. With where it came from."""
     host = str(parts.get("host") or "local")
     name = f"{parts.get('dbname') or 'default'}@{host}:{parts.get('port') or 5432}"
-    return default_store_path() / "postgresql" / name.replace("/", "_")
+    service = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if service:
+        base, source = Path(service), "$STATE_DIRECTORY"
+    else:
+        base, source = default_store_path(), "the default under $XDG_STATE_HOME or ~/.local/state"
+    return base / "postgresql" / name.replace("/", "_"), source
+
+
+PRIVATE_MODE = 0o700
+_PLACE_ERRORS = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS)
+"""Errors that a retry cannot fix: the place itself must change (exit 2)."""
+
+
+def ensure_local_dir(location: StoreLocation) -> None:
+    """Make this host's local directory of a PostgreSQL store, private (0700,
+    and so is each missing parent: the runs under it hold inputs and logs).
+    A place that cannot be made is a usage error naming the directory and how
+    to choose another: a system user without a home must not read only
+    `No such file or directory: /nonexistent`."""
+    if not location.is_postgres:
+        return
+    missing = []
+    path = location.local_dir
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    try:
+        for directory in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory, PRIVATE_MODE)
+        if not location.local_dir.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    except OSError as exc:
+        if exc.errno not in _PLACE_ERRORS:
+            raise
+        raise UsageError(
+            f"cannot create this host's local directory for store {location.display}"
+            f" (config.toml, run directories) at {location.local_dir}"
+            f" ({location.local_dir_from}): {exc.strerror or exc}; choose another place"
+            " with --local-dir DIR or WFSCHED_LOCAL_DIR (under systemd, StateDirectory=)"
+        ) from None
 
 
 def display_url(parts: dict[str, object]) -> str:

@@ -52,7 +52,7 @@ from wfsched.store.audit_queries import normalize_sql
 from wfsched.store.copying import BATCH, COPY_TABLES
 from wfsched.store.driver_log import drop_cleanup_notes
 from wfsched.store.lease import HostRow, LeaseRow
-from wfsched.store.location import StoreLocation
+from wfsched.store.location import StoreLocation, ensure_local_dir
 from wfsched.store.pg_dialect import POSTGRES
 from wfsched.store.pg_lease import DB_NOW, LEASE_COLUMNS, PgLeaseChannel, lease_row
 from wfsched.store.resource_faults import UNREACHABLE_ADVICE, from_server
@@ -163,6 +163,7 @@ class PostgresStore(SQLiteStore):
             self._migrate(version)
             if create:
                 # This host's side of the store, private like a SQLite store's directory.
+                ensure_local_dir(location)
                 self.runs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except BaseException:
             self._conn.close()

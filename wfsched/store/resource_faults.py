@@ -89,10 +89,20 @@ def from_sqlite(exc: sqlite3.Error, db_path: Path, busy_timeout: float) -> Store
     )
 
 
-UNREACHABLE_ADVICE = (
-    "check that the server runs and accepts connections (pg_isready); the supervisor"
-    " reconnects by itself"
-)
+UNREACHABLE_ADVICE = "check that the server runs and accepts connections (pg_isready)"
+"""What every lost connection says. Only the supervisor reconnects by itself
+(a fault episode, `supervisor_words`); a one-shot command that lost its
+connection has failed, and must not promise a retry nobody makes."""
+
+
+def supervisor_words(fault: StoreUnavailable) -> str:
+    """`fault` as the supervisor reports it (log, `status`, STATUS=): a lost
+    connection adds that the supervisor reconnects, which it does."""
+    if fault.kind == "unreachable":
+        return f"{fault}; the supervisor reconnects by itself"
+    return str(fault)
+
+
 _SERVER_KINDS = {
     "53100": "disk-full",  # disk_full: could not extend a file, write WAL...
     "58030": "io-error",  # io_error
