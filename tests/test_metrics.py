@@ -76,6 +76,8 @@ class Harness:
         self.admin.create(parse_definition(text, "x.toml", now=int(self.clock())))
 
     def tick_at(self, instant: float) -> Snapshot:
+        # Time passes for the refresh intervals (monotonic) as for the calendar.
+        self.monotonic.now += max(0.0, instant - self.clock())
         self.clock.set(instant)
         self.supervisor.tick()
         self.metrics.ticked(0.002)
@@ -194,6 +196,7 @@ def test_an_idle_tick_reads_no_schedule_rows(h: Harness, monkeypatch: pytest.Mon
     for index in range(50):
         h.define(f"s{index:02d}")
     h.tick_at(T0 - 20)
+    h.tick_at(T0 - 19.5)  # reads the rows the store-wide read found moved
 
     def refuse(*_: object) -> None:
         raise AssertionError("an idle tick must not read schedule rows")
@@ -201,6 +204,7 @@ def test_an_idle_tick_reads_no_schedule_rows(h: Harness, monkeypatch: pytest.Mon
     monkeypatch.setattr(h.store, "list_schedules", refuse)
     monkeypatch.setattr(h.store, "schedules_by_id", refuse)
     monkeypatch.setattr(h.store, "finished_run_counts", refuse)
+    monkeypatch.setattr(h.store, "schedule_due_states", refuse)
     monkeypatch.setattr(h.store, "schedule_ids_updated_since", refuse)
     before = h.metrics.snapshot
     snap = h.tick_at(T0 - 19)

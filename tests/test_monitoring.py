@@ -163,6 +163,69 @@ def expect(alert: str, at: str, *firing: dict[str, str], value: str = "") -> dic
 
 
 TARGET = {"job": "wfsched", "instance": "h:9464"}
+STORE = {"job": "wfsched"}
+"""The labels of a store-wide alert: one per store, whichever supervisor reported it."""
+
+
+def on(instance: str, name: str, values: str, **labels: str) -> dict[str, str]:
+    """A series scraped from another supervisor of the same store."""
+    every = {"job": "wfsched", "instance": instance, **labels}
+    inner = ",".join(f'{key}="{value}"' for key, value in sorted(every.items()))
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+HA_PAIR: dict[str, Any] = {
+    # A leader (h) and a standby (h2) of one store, both reporting the
+    # store's series. "fine" succeeded recently on both: nothing fires,
+    # though the standby of an older release reported a stale success
+    # (h3, still scraped). "stuck" has not succeeded for two periods and
+    # failed last: each alert fires once for the pair, not once a supervisor.
+    "interval": "1m",
+    "input_series": [
+        *(
+            on(instance, name, values, schedule=schedule)
+            for instance in ("h:9464", "h2:9464")
+            for schedule, name, values in (
+                ("fine", "wfsched_schedule_period_seconds", "3600x300"),
+                ("fine", "wfsched_schedule_last_success_timestamp_seconds", "0+60x300"),
+                ("fine", "wfsched_schedule_created_timestamp_seconds", "0x300"),
+                ("fine", "wfsched_schedule_next_due_timestamp_seconds", "3600+60x300"),
+                ("fine", "wfsched_schedule_lateness_seconds", "60x300"),
+                ("stuck", "wfsched_schedule_period_seconds", "3600x300"),
+                ("stuck", "wfsched_schedule_last_success_timestamp_seconds", "0x300"),
+                ("stuck", "wfsched_schedule_last_failure_timestamp_seconds", "60x300"),
+                ("stuck", "wfsched_schedule_created_timestamp_seconds", "0x300"),
+            )
+        ),
+        on("h3:9464", "wfsched_schedule_last_success_timestamp_seconds", "0x300", schedule="fine"),
+        on("h3:9464", "wfsched_schedule_created_timestamp_seconds", "0x300", schedule="fine"),
+        on("h3:9464", "wfsched_schedule_period_seconds", "3600x300", schedule="fine"),
+        *(
+            on(instance, "wfsched_occurrences_total", "0 0 0 1 1 1 1 1 1 1", **missed)
+            for instance in ("h:9464", "h2:9464")
+            for missed in ({"schedule": "m", "state": "skipped-misfire", "reason": "late"},)
+        ),
+        *(
+            on(instance, "wfsched_supervisor_start_time_seconds", "0x300")
+            for instance in ("h:9464", "h2:9464", "h3:9464")
+        ),
+        *(on(instance, "wfsched_schedules_blocked", "2x300") for instance in ("h:9464", "h2:9464")),
+        on("h:9464", "wfsched_leader", "1x300", host="a"),
+        on("h2:9464", "wfsched_leader", "0x300", host="b"),
+    ],
+    "alert_rule_test": [
+        expect("WfschedNoRecentSuccess", "3h", {**STORE, "schedule": "stuck"}),
+        expect("WfschedRunFailed", "1h", {**STORE, "schedule": "stuck"}),
+        expect("WfschedRunOverdue", "3h"),
+        expect(
+            "WfschedRunsMissed",
+            "5m",
+            {**STORE, "schedule": "m", "state": "skipped-misfire", "reason": "late"},
+        ),
+        expect("WfschedScheduleBlocked", "3h", STORE, value="2"),
+        expect("WfschedNoLeader", "3h"),
+    ],
+}
 
 CASES: list[dict[str, Any]] = [
     {
@@ -229,19 +292,19 @@ CASES: list[dict[str, Any]] = [
         ],
         "alert_rule_test": [
             expect("WfschedRunOverdue", "1m"),
-            expect("WfschedRunOverdue", "6m", {**TARGET, "schedule": "late"}),
+            expect("WfschedRunOverdue", "6m", {**STORE, "schedule": "late"}),
             expect(
                 "WfschedRunsMissed",
                 "5m",
-                {**TARGET, "schedule": "s", "state": "skipped-misfire", "reason": "late"},
+                {**STORE, "schedule": "s", "state": "skipped-misfire", "reason": "late"},
             ),
             expect(
                 "WfschedRunFailed",
                 "1m",
-                {**TARGET, "schedule": "broken"},
-                {**TARGET, "schedule": "never-ok"},
+                {**STORE, "schedule": "broken"},
+                {**STORE, "schedule": "never-ok"},
             ),
-            expect("WfschedScheduleBlocked", "3m", TARGET, value="1"),
+            expect("WfschedScheduleBlocked", "3m", STORE, value="1"),
             expect("WfschedSupervisorStalled", "4m", TARGET),
             expect("WfschedSupervisorDown", "3m", TARGET),
             expect("WfschedNoLeader", "3m", {}),
@@ -270,13 +333,16 @@ CASES: list[dict[str, Any]] = [
             expect(
                 "WfschedNoRecentSuccess",
                 "51h",
-                {**TARGET, "schedule": "daily"},
-                {**TARGET, "schedule": "never"},
+                {**STORE, "schedule": "daily"},
+                {**STORE, "schedule": "never"},
             ),
             expect("WfschedNoLeader", "2h"),
         ],
     },
 ]
+
+
+CASES.append(HA_PAIR)
 
 
 def test_every_rule_has_a_promtool_case() -> None:
@@ -309,3 +375,21 @@ def test_the_rules_fire_as_documented_under_promtool(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+STORE_WIDE = re.compile(
+    r"\bwfsched_(?:runs_total|occurrences_total|schedule_[a-z_]+|runs_executing"
+    r"|runs_interrupted|schedules_blocked)\b"
+)
+"""Series every supervisor of a store reports alike (docs/monitoring.md,
+"Store-wide series"): summed over an HA pair they would count twice."""
+
+
+def test_store_wide_series_are_taken_with_max_across_supervisors() -> None:
+    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    exprs += [rule["expr"] for rule in RULES]
+    for expr in exprs:
+        for found in STORE_WIDE.finditer(expr):
+            before = expr[: found.start()]
+            assert re.search(r"\bmax(?: by \([^)]*\))? ?\((?:\s*increase\()?\s*$", before), expr

@@ -242,13 +242,15 @@ class Listing:
 def next_page(*words: str, options: dict[str, Any], cursor: str) -> None:
     """Print the command for the next page: the same query (every filter and
     the limit that were given, and `--store` when it was given on the
-    command line), plus `--page CURSOR`."""
+    command line, without its password), plus `--page CURSOR`."""
     import shlex
+
+    from wfsched.store.location import masked_store
 
     command = ["wfsched"]
     root = click.get_current_context().find_root()
     if root.get_parameter_source("store") is click.core.ParameterSource.COMMANDLINE:
-        command += ["--store", str(root.params["store"])]
+        command += ["--store", masked_store(str(root.params["store"]))]
     command += words
     for name, value in options.items():
         if value is True:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from wfsched.daemon.job_environment import inherited_environment
 from wfsched.domain.timeutil import Clock, wall_clock
 from wfsched.process.launcher import ExitRecord, LaunchSpec, ShimHandle
 from wfsched.store.rundirs import prepare_record_dir
@@ -66,14 +67,12 @@ class FailureHooks:
         control: HookLauncher,
         log: Callable[..., None],
         default_argv: Sequence[str] | None,
-        private_env: Sequence[str],
         store: Store | None = None,
         clock: Clock = wall_clock,
     ) -> None:
         self.control = control
         self.log = log
         self.default_argv = tuple(default_argv) if default_argv else None
-        self.private_env = frozenset(private_env)
         self.store = store
         self.clock = clock
         self._in_flight: dict[int, tuple[dict[str, str], Path, ShimHandle, int | None]] = {}
@@ -96,7 +95,7 @@ class FailureHooks:
             return
         directory = facts.hook_dir or (facts.run_dir or Path()) / f"notify-{facts.attempt}"
         label = facts.run_id or facts.occurrence_id
-        env = {k: v for k, v in os.environ.items() if k not in self.private_env}
+        env = inherited_environment(os.environ)
         env.update(
             WFSCHED_SCHEDULE_ID=facts.schedule_id,
             WFSCHED_RUN_ID=facts.run_id,
@@ -159,7 +158,7 @@ class FailureHooks:
         is written (the store may refuse it)."""
         if not self.default_argv:
             return
-        env = {k: v for k, v in os.environ.items() if k not in self.private_env}
+        env = inherited_environment(os.environ)
         env.update(
             WFSCHED_EVENT="fault",
             WFSCHED_FAULT_KIND=kind,

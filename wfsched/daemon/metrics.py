@@ -11,9 +11,20 @@ scrape cannot slow a tick, and a tick never waits for a scrape.
 Per-tick cost is kept small: the idle tick asks the store for three tiny
 things (has another process committed, the newest ledger sequence number, the
 unfinished-run counts from their partial index) and copies a family's data
-only when it changed. Whole-table reads happen once, at startup; after that
-only the rows a tick or an operator's command changed are read again, and
-the calendar work for schedule periods is spread over ticks.
+only when it changed. Only the rows a tick or an operator's command changed
+are read again, and the calendar work for schedule periods is spread over
+ticks.
+
+Schedule-level series are facts of the store, not of this process: with
+several supervisors on one store, the leader records most runs, and every
+supervisor, leader or standby, must report the same `wfsched_runs_total`,
+last success and failure and next due instant, or a standby would page for
+schedules that are fine. So once every STORE_REFRESH seconds (and, after
+this process ended runs, at most MIN_STORE_REFRESH seconds later) two
+grouped queries read them from the store: the finished runs per schedule and
+outcome, and each schedule's next due instant. Their cost depends on the
+size of the store, never on the number of scrapes (docs/monitoring.md,
+"Store-wide series").
 """
 
 from __future__ import annotations
@@ -161,6 +172,12 @@ PERIOD_BUDGET = 0.005
 """Seconds a tick may spend computing schedule periods."""
 UPDATED_MARGIN = 1.0
 """Schedules stamped this long before the newest stamp seen are re-read too."""
+STORE_REFRESH = 5.0
+"""Seconds between two reads of the store-wide per-schedule facts: a
+standby's series follow the leader's records within this."""
+MIN_STORE_REFRESH = 1.0
+"""After this process ended runs, the store-wide facts are read again this
+soon (not at once: a burst of endings would read them every tick)."""
 
 
 @dataclass(frozen=True)
@@ -280,6 +297,14 @@ class Metrics(Observer):
         """Periods still to compute, oldest request first."""
         self._calendars: dict[tuple[str | None, str], CronCalendar] = {}
         self._blocked: set[str] = set()
+        self._deleted: set[str] = set()
+        """Schedules seen deleted: their runs stay in the store, their gauges go."""
+        self._run_counts: dict[tuple[str, str], int] = {}
+        """(schedule, outcome) -> finished runs the store held at the last read."""
+        self._store_read_at: float | None = None
+        """Monotonic time of the last read of the store-wide facts."""
+        self._store_due_at = float("-inf")
+        """Monotonic time the store-wide facts are to be read again."""
         self._occurrences = _Family()
         self._runs = _Family()
         self._gauges = {name: _Family() for name in SCHEDULE_GAUGES}
@@ -313,14 +338,9 @@ class Metrics(Observer):
         with store.snapshot():
             self._data_version = store.data_version()
             self._fold_ledger(store)
-            for item in store.finished_run_counts():
-                outcome = "cancelled" if item.cancelled else item.state
-                self._runs.add((item.schedule_id, outcome), item.count)
-                if item.last_finished_at is not None and outcome != "cancelled":
-                    family = _LAST_SUCCESS if item.state == "completed" else _LAST_FAILURE
-                    self._latest(family, item.schedule_id, item.last_finished_at)
             for row in store.list_schedules():
                 self._schedule(row)
+            self._fold_store_wide(store)
             self._unfinished = store.unfinished_run_states()
         self._publish()
 
@@ -368,6 +388,8 @@ class Metrics(Observer):
             self._fold_ledger(store)
             if self._launched or self._ended:
                 self._fold_runs(store)
+            if self.monotonic() >= self._store_due_at:
+                self._fold_store_wide(store)
             self._unfinished = store.unfinished_run_states()
 
     def schedule_changed(self, schedule_id: str) -> None:
@@ -412,7 +434,44 @@ class Metrics(Observer):
                 self._latest(_LAST_FAILURE, item.schedule_id, item.last_recorded_at)
         self._ledger_seq = newest
 
+    def _fold_store_wide(self, store: Store) -> None:
+        """The store-wide per-schedule facts, as the store has them now.
+
+        `wfsched_runs_total` grows by what the store gained since the last
+        read, so it continues across a restart and follows runs any
+        supervisor recorded; a count that shrank (retention removed finished
+        runs) adds nothing. A schedule whose next due instant or blocked
+        state moved (the leader admitted it) is re-read in full."""
+        counts: dict[tuple[str, str], int] = {}
+        for item in store.finished_run_counts():
+            outcome = "cancelled" if item.cancelled else item.state
+            key = (item.schedule_id, outcome)
+            counts[key] = item.count
+            gained = item.count - self._run_counts.get(key, 0)
+            if gained > 0:
+                self._runs.add(key, gained)
+            if (
+                item.last_finished_at is not None
+                and outcome != "cancelled"
+                and item.schedule_id not in self._deleted
+            ):
+                family = _LAST_SUCCESS if item.state == "completed" else _LAST_FAILURE
+                self._latest(family, item.schedule_id, item.last_finished_at)
+        self._run_counts = counts
+        for schedule_id, next_due, blocked in store.schedule_due_states():
+            shown = self._gauges[_NEXT_DUE].data.get(schedule_id)
+            if shown != (None if next_due is None else float(next_due)) or blocked != (
+                schedule_id in self._blocked
+            ):
+                self._changed.add(schedule_id)
+        now = self.monotonic()
+        self._store_read_at = now
+        self._store_due_at = now + STORE_REFRESH
+
     def _fold_runs(self, store: Store) -> None:
+        """What only this process saw of the runs it launched and ended: launch
+        latency and run durations. Their counts and last outcomes are the
+        store's (`_fold_store_wide`), read again soon after they ended."""
         launched, ended = set(self._launched), set(self._ended)
         facts = store.run_facts(sorted(launched | ended))
         self._launched, self._ended = [], []
@@ -427,14 +486,12 @@ class Metrics(Observer):
                 self._latency = self._latency.observe(max(0.0, run.started_at - run.scheduled_at))
             if run.seq not in ended or run.state not in ("completed", "failed"):
                 continue
-            outcome = "cancelled" if run.reason == "cancelled" else run.state
-            self._runs.add((run.schedule_id, outcome), 1)
+            if self._store_read_at is not None:
+                self._store_due_at = min(
+                    self._store_due_at, self._store_read_at + MIN_STORE_REFRESH
+                )
             if run.finished_at is None:
                 continue
-            if outcome == "completed":
-                self._latest(_LAST_SUCCESS, run.schedule_id, run.finished_at)
-            elif outcome == "failed":
-                self._latest(_LAST_FAILURE, run.schedule_id, run.finished_at)
             if run.started_at is not None:
                 current = self._durations.data.get(run.schedule_id) or Buckets.empty(
                     DURATION_BUCKETS
@@ -461,8 +518,10 @@ class Metrics(Observer):
         """The gauges of one schedule row; its period is queued, not computed."""
         self._updated_seen = max(self._updated_seen, row.updated_at)
         if row.deleted_at is not None:
+            self._deleted.add(row.id)
             self._forget(row.id)
             return
+        self._deleted.discard(row.id)
         self._gauges[_CREATED].set(row.id, row.created_at)
         if row.blocked_reason:
             self._blocked.add(row.id)

@@ -28,6 +28,7 @@ from wfsched.api.run_hosts import resume_refusal, unreachable
 from wfsched.api.views import DefinitionCache, record_entries, run_occurrence_id
 from wfsched.daemon.eventlog import EventLog
 from wfsched.daemon.hooks import FailureHooks, RunFacts
+from wfsched.daemon.job_environment import inherited_environment
 from wfsched.daemon.leadership import Leadership
 from wfsched.daemon.observe import Observer
 from wfsched.daemon.sdnotify import Notifier
@@ -228,7 +229,6 @@ Prepared = tuple[RunRow, Invocation, RunDir, str]
 """A run ready to be marked: its invocation, its run directory, its
 attempt's record directory."""
 
-_PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "WFSCHED_FAULT")
 T = TypeVar("T")
 
 
@@ -373,9 +373,7 @@ class Supervisor:
         self.definitions = DefinitionCache()
         self._records_root = str(records_root(store.root))
         self.fault_file = FaultFile(store.root)
-        self.hooks = FailureHooks(
-            control, self.log, config.on_failure, _PRIVATE_ENV, store=store, clock=clock
-        )
+        self.hooks = FailureHooks(control, self.log, config.on_failure, store=store, clock=clock)
         self.launcher = LauncherHealth(since=clock())
         self._rejections: list[Rejection] = []
         """Preflight rejections of the admission being decided (not committed)."""
@@ -1480,10 +1478,11 @@ class Supervisor:
         return self._preflights[key]
 
     def _environment(self) -> dict[str, str]:
-        """The supervisor's environment, read once per tick: copying
-        `os.environ` decodes every variable, and a burst needs it per run."""
+        """What runs inherit of the supervisor's environment (its store
+        credentials withheld: `inherited_environment`), read once per tick:
+        copying `os.environ` decodes every variable, and a burst needs it per run."""
         if self._environ is None:
-            self._environ = dict(os.environ)
+            self._environ = inherited_environment(os.environ)
         return self._environ
 
     @staticmethod
@@ -1911,8 +1910,6 @@ class Supervisor:
         resumed: bool,
     ) -> LaunchSpec:
         env = dict(self._environment())
-        for key in _PRIVATE_ENV:
-            env.pop(key, None)
         env.update(invocation.env)
         env.update(
             WFSCHED_SCHEDULE_ID=run.schedule_id,

@@ -613,7 +613,14 @@ class Store(Protocol):
         are bookkeeping, not decisions, and are left out."""
         ...
 
-    def finished_run_counts(self) -> list[RunCount]: ...
+    def finished_run_counts(self) -> list[RunCount]:
+        """Finished runs per (schedule, state, cancelled) and the newest end:
+        one grouped query over the runs table."""
+        ...
+
+    def schedule_due_states(self) -> list[tuple[str, int | None, bool]]:
+        """(schedule, next due instant, blocked) of every schedule not deleted."""
+        ...
 
     def unfinished_run_states(self) -> dict[str, int]:
         """Unfinished runs (scheduled and manual) by state: a partial-index count."""

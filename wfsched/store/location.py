@@ -2,13 +2,17 @@
 
 `--store`, `WFSCHED_STORE` and the default all end here. A value starting
 with `postgresql://` or `postgres://` is a PostgreSQL store in libpq's URL
-syntax (parsed by libpq itself through psycopg, never by hand); anything else
-is a path to a SQLite store directory.
+syntax (parsed by libpq itself through psycopg, never by hand). Any other
+value shaped like a URL (`NAME:/...`, `NAME://...`) or like a libpq
+`key=value` connection string is refused: taken as a path it would become a
+SQLite directory named after it, password included. Anything else is a path
+to a SQLite store directory.
 
 A PostgreSQL URL may carry a password, so it is never shown as given:
 `display` rebuilds it from its parts without the password, and every error
-about the store names the store by `display`. Passwords may also come from
-`PGPASSWORD` or `~/.pgpass`, which libpq reads itself.
+about the store names the store by `display`; `masked_store` is the form
+a printed command line (the next-page hint) repeats. Passwords may also
+come from `PGPASSWORD` or `~/.pgpass`, which libpq reads itself.
 
 The local directory (`local_dir`) holds what stays on this host: for SQLite
 the store directory itself; for PostgreSQL a directory of its own, where the
@@ -27,12 +31,19 @@ import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from wfsched.errors import UsageError
 from wfsched.store.paths import default_store_path
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 INSTALL_HINT = "pip install 'wfsched[postgres]'"
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""libpq URL parameters that carry a secret (the userinfo's password is the other place)."""
+EXPECTED = (
+    "a PostgreSQL store is postgresql://[user@][host][:port]/dbname[?param=value...],"
+    " a SQLite store is a directory path"
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ def resolve_store(
     chosen = str(option or os.environ.get("WFSCHED_STORE") or default_store_path())
     if is_postgres_url(chosen):
         return postgres_location(chosen.strip(), local_dir)
+    refuse_unsupported(chosen)
     if local_dir is not None:
         raise UsageError(
             "--local-dir (WFSCHED_LOCAL_DIR): only a PostgreSQL store has a local directory"
@@ -92,6 +104,101 @@ def _refuse_non_directory(path: Path) -> None:
                     " (give --store or WFSCHED_STORE a directory, or a postgresql:// URL)"
                 )
             return
+
+
+def refuse_unsupported(text: str) -> None:
+    """A usage error for a store value that is meant as a URL or a libpq
+    connection string but is not a supported URL (`postgressql://`, `pg://`,
+    `postgresql:/x`, `sqlite:///x`, `host=x password=y`): taken as a path it
+    would silently become a new SQLite directory named after it. The message
+    names only the scheme or the keywords, never a value (one may be the
+    password)."""
+    stripped = text.strip()
+    scheme = urlsplit(stripped).scheme
+    rest = stripped[len(scheme) + 1 :]
+    if len(scheme) > 1 and rest.startswith("/"):
+        shown = stripped[: len(scheme) + 1] + ("//" if rest.startswith("//") else "/")
+        hint = " (did you mean postgresql://?)" if _looks_postgres(scheme) else ""
+        raise UsageError(
+            f"--store: {shown}... is not a supported store URL{hint}; {EXPECTED};"
+            " nothing was created"
+        )
+    keywords = connection_keywords(stripped)
+    if keywords:
+        raise UsageError(
+            f"--store: a libpq key=value connection string ({', '.join(keywords)}) is not"
+            f" accepted, give it as a URL; {EXPECTED}; nothing was created"
+        )
+
+
+def _looks_postgres(scheme: str) -> bool:
+    return scheme.lower() in ("pg", "pgsql", "psql") or scheme.lower().startswith("postg")
+
+
+def connection_keywords(text: str) -> list[str]:
+    """The keywords of `text` read as a libpq `key=value` string, or [] when it
+    is not one: libpq's own parser decides when the driver is installed; a
+    first word of the form `NAME=` (a mistyped keyword, or no driver) counts
+    too, as no directory path starts that way by accident."""
+    keywords = _libpq_keywords(text) if "=" in text else []
+    if keywords:
+        return keywords
+    name, equals, _ = (text.split() or [""])[0].partition("=")
+    return [name] if equals and name.isidentifier() else []
+
+
+def _libpq_keywords(text: str) -> list[str]:
+    try:
+        import psycopg.conninfo
+    except ImportError:
+        return []
+    try:
+        return sorted(psycopg.conninfo.conninfo_to_dict(text))
+    except psycopg.ProgrammingError:
+        return []
+
+
+def carries_password(text: str) -> bool:
+    """Whether `text` as a store value may hold a secret: a PostgreSQL URL with
+    a password (userinfo or parameter), or a value `resolve_store` refuses
+    (a mistyped URL or a connection string, which may hold one anywhere)."""
+    if is_postgres_url(text):
+        try:
+            parts = urlsplit(text.strip())
+        except ValueError:
+            return True  # too broken to tell: it may hold one anywhere
+        return parts.password is not None or any(
+            key.lower() in SECRET_PARAMETERS for key, _ in parse_qsl(parts.query)
+        )
+    try:
+        refuse_unsupported(text)
+    except UsageError:
+        return True
+    return False
+
+
+def masked_store(text: str) -> str:
+    """`text` as a command line may repeat it: a PostgreSQL URL without its
+    password (userinfo or parameter), its other parts as given; a path as is."""
+    if not is_postgres_url(text):
+        return text
+    try:
+        parts = urlsplit(text.strip())
+    except ValueError:
+        return text.strip().split("//", 1)[0] + "//"  # too broken to keep any part
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = netloc.rpartition("@")[2]
+        netloc = f"{parts.username}@{host}" if parts.username else host
+    query = urlencode(
+        [
+            (key, value)
+            for key, value in parse_qsl(parts.query, keep_blank_values=True)
+            if key.lower() not in SECRET_PARAMETERS
+        ],
+        safe="/",
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def postgres_location(url: str, local_dir: str | os.PathLike[str] | None = None) -> StoreLocation:
@@ -188,24 +295,30 @@ def display_url(parts: dict[str, object]) -> str:
 
 
 def _without_secret(message: str, url: str) -> str:
-    """libpq's message, with anything that could be the password removed."""
-    for secret in _secrets(url):
+    """libpq's message, with anything that could be the password removed; none
+    of it when the URL is too broken to find its password (libpq may quote
+    the whole URL)."""
+    try:
+        secrets = _secrets(url)
+    except ValueError:
+        return "the URL cannot be parsed"
+    for secret in secrets:
         message = message.replace(secret, "***")
     return " ".join(message.split())
 
 
 def _secrets(url: str) -> list[str]:
-    """Candidate passwords in a URL libpq could not parse (the userinfo's second part,
-    and any password= parameter)."""
-    found = []
-    rest = url.split("://", 1)[-1]
-    userinfo = rest.split("@", 1)[0] if "@" in rest else ""
-    if ":" in userinfo:
-        found.append(userinfo.split(":", 1)[1])
-    for chunk in url.replace("?", "&").split("&"):
-        if chunk.lower().startswith("password="):
-            found.append(chunk.split("=", 1)[1])
-    return [secret for secret in found if secret]
+    """Candidate passwords in a URL libpq could not parse: the userinfo's
+    password (as given and decoded) and any secret parameter (ValueError:
+    the URL is too broken to tell)."""
+    parts = urlsplit(url)
+    found = [parts.password or "", parts.netloc.rpartition("@")[0].partition(":")[2]]
+    found += [
+        value
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+        if key.lower() in SECRET_PARAMETERS
+    ]
+    return sorted({secret for secret in found if secret}, key=len, reverse=True)
 
 
 def require_psycopg():  # type: ignore[no-untyped-def]

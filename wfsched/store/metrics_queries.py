@@ -1,9 +1,11 @@
 """Queries behind the Prometheus metrics (mixed into Store).
 
-The supervisor runs the whole-table aggregates once, at startup, so its
-counters continue from what the store already holds; after that every tick
-asks only for what is new (occurrence rows past a sequence number, an index
-range that is empty on an idle tick) and for the few rows the tick changed.
+Every tick asks only for what is new (occurrence rows past a sequence
+number, an index range that is empty on an idle tick) and for the few rows
+the tick changed. The store-wide per-schedule facts that another supervisor
+may change (finished runs, next due instants) are read by two grouped
+queries once per refresh interval (`wfsched.daemon.metrics`), whatever the
+number of schedules or scrapes.
 """
 
 from __future__ import annotations
@@ -88,6 +90,16 @@ class MetricsQueries(Connected):
             RunCount(schedule_id, state, bool(cancelled), count, last)
             for schedule_id, state, cancelled, count, last in rows
         ]
+
+    def schedule_due_states(self) -> list[tuple[str, int | None, bool]]:
+        """(schedule, next due instant, blocked) of every schedule not deleted:
+        two narrow columns, so a standby sees the leader advance its schedules
+        without reading their definitions."""
+        rows = self._execute(
+            "SELECT id, next_due, COALESCE(blocked_reason, '') != '' FROM schedules"
+            " WHERE deleted_at IS NULL"
+        )
+        return [(schedule_id, next_due, bool(blocked)) for schedule_id, next_due, blocked in rows]
 
     def unfinished_run_states(self) -> dict[str, int]:
         """Unfinished runs (scheduled and manual) by state: a partial-index count."""
