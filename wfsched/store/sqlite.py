@@ -39,6 +39,7 @@ from wfsched.store.rows import (
     RunRow,
     ScheduleRow,
 )
+from wfsched.store.web_queries import WebQueries
 from wfsched.store.worded import WordedConnection
 
 if TYPE_CHECKING:
@@ -119,7 +120,9 @@ def _placeholders(values: Sequence[object]) -> str:
     return ",".join("?" for _ in values)
 
 
-class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries):
+class SQLiteStore(
+    AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries, WebQueries
+):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
     Implements `wfsched.store.interface.Store`. Query groups for `audit` and
@@ -138,7 +141,9 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         create: bool = True,
         busy_timeout: float | None = None,
         runs_dir: Path | None = None,
+        read_only: bool = False,
     ) -> None:
+        self.read_only = read_only
         self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if busy_timeout is None else busy_timeout
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
         self.db_path = self.root / DB_NAME
@@ -159,6 +164,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     # -- connection and transactions ---------------------------------------
 
     def _connect(self) -> WordedConnection:
+        if self.read_only:
+            return self._connect_read_only()
         old_umask = os.umask(0o077)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -181,6 +188,19 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             raise StoreError(f"{self.db_path}: not a usable wfsched database: {exc}") from exc
         return conn
 
+    def _connect_read_only(self) -> WordedConnection:
+        """A connection SQLite itself refuses to write through (`mode=ro`):
+        the web view's guarantee that it changes nothing does not rest on its
+        own code. Nothing is created; the journal mode is the writers' (WAL)."""
+        uri = f"{self.db_path.as_uri()}?mode=ro"
+        try:
+            raw = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=self.busy_timeout)
+            conn = WordedConnection(raw, self.db_path, self.busy_timeout)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.root} read-only: {exc}") from exc
+        return conn
+
     def _migrate(self, version: int | None = None) -> None:
         """Every migration above the stored version, in order, each with its
         version, in one transaction (taken under the write lock, so two first
@@ -198,6 +218,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             )
         if version == latest:
             return
+        if self.read_only:
+            raise StoreError(
+                f"{self._schema_place}: schema version {version} is older than this wfsched"
+                f" ({latest}); a read-only reader cannot upgrade it: run any writing"
+                " command (or the supervisor) of this version once"
+            )
         with self.atomic():
             version = self.schema_version
             for number, _why, statements in migrations:
