@@ -169,6 +169,7 @@ COMMAND_MODULES = {
     "wfsched.cli.prune": ("prune",),
     "wfsched.cli.audit": ("audit",),
     "wfsched.cli.store": ("store",),
+    "wfsched.cli.web": ("web",),
 }  # fmt: skip
 """Which module registers which commands (its `register(group)`)."""
 
