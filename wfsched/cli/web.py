@@ -7,7 +7,7 @@ before anything of the view is imported.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -21,7 +21,12 @@ WEB_EXTRA_HINT = "pip install 'wfsched[web]'"
 
 
 def _require_web_extra() -> None:
-    missing = [name for name in ("jinja2", "waitress") if importlib.util.find_spec(name) is None]
+    missing = []
+    for name in ("jinja2", "waitress"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise UsageError(
             f"the web view needs the `web` extra ({', '.join(missing)} not installed):"
