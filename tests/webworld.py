@@ -238,6 +238,7 @@ class WebServer:
             env={**os.environ, **(env or {})},
         )
         self.url = ""
+        self.log = ""
 
     def wait_serving(self, timeout: float = 20.0) -> str:
         assert self.proc.stderr is not None
@@ -257,18 +258,25 @@ class WebServer:
         request = urllib.request.Request(self.url + path, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
-                return Reply(response.status, dict(response.headers), response.read().decode())
+                return Reply(response.status, _lower(response.headers), response.read().decode())
         except urllib.error.HTTPError as error:
-            return Reply(error.code, dict(error.headers), error.read().decode())
+            return Reply(error.code, _lower(error.headers), error.read().decode())
 
     def stop(self) -> int:
+        """SIGTERM, then the exit status (its stderr's rest in `self.log`)."""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            return self.proc.wait(15)
+            _, self.log = self.proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return self.proc.wait()
+            _, self.log = self.proc.communicate()
+        return self.proc.returncode
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    """Header names in lower case (servers may write them in any case)."""
+    return {name.lower(): value for name, value in headers.items()}
 
 
 def page_urls(world: World) -> Iterable[str]:

@@ -194,7 +194,15 @@ class SQLiteStore(
         own code. Nothing is created; the journal mode is the writers' (WAL)."""
         uri = f"{self.db_path.as_uri()}?mode=ro"
         try:
-            raw = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=self.busy_timeout)
+            # One reader thread uses it; the server closes it from its main
+            # thread once the others have stopped.
+            raw = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,
+                timeout=self.busy_timeout,
+                check_same_thread=False,
+            )
             conn = WordedConnection(raw, self.db_path, self.busy_timeout)
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except sqlite3.Error as exc:
