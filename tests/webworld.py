@@ -112,14 +112,15 @@ class World:
         import socket
 
         from wfsched.store import open_location
-        from wfsched.web.app import WebApp, WebConfig
+        from wfsched.web.app import WebConfig
+        from wfsched.web.site import make_app
 
         location = self.location()
 
         def open_store() -> Any:
             return open_location(location, create=False, read_only=True)
 
-        return WebApp(WebConfig(open_store=open_store, host=socket.gethostname(), **config))
+        return make_app(WebConfig(open_store=open_store, host=socket.gethostname(), **config))
 
     def state(self) -> tuple[Any, Any]:
         """Everything a write could change: the schedules and the runs."""

@@ -67,9 +67,10 @@ def web(
     _require_web_extra()
     state = ctx.ensure_object(CliState)
     from wfsched.store import Store, open_location
-    from wfsched.web.app import WebApp, WebConfig
+    from wfsched.web.app import WebConfig
     from wfsched.web.auth import read_password_file
     from wfsched.web.server import check_exposure, parse_listen, serve
+    from wfsched.web.site import make_app
 
     where = parse_listen(listen)
     credential = read_password_file(password_file) if password_file is not None else None
@@ -92,7 +93,7 @@ def web(
         show_env=show_env,
         host=state.settings(location.local_dir).host,
     )
-    serve(WebApp(config), where, location.display)
+    serve(make_app(config), where, location.display)
 
 
 @web.command("hash-password")

@@ -106,7 +106,15 @@ class WebConfig:
 
 
 class WebApp:
-    def __init__(self, config: WebConfig) -> None:
+    """The application over the routes `routes(app)` returns: (path pattern,
+    handler) pairs (`wfsched.web.site.make_app` gives it the page table)."""
+
+    def __init__(
+        self,
+        config: WebConfig,
+        routes: Callable[[WebApp], list[tuple[str, Handler]]],
+        template_globals: dict[str, Any],
+    ) -> None:
         self.config = config
         self.templates = Environment(
             loader=PackageLoader("wfsched.web", "templates"),
@@ -119,12 +127,9 @@ class WebApp:
         self._lock = threading.Lock()
         self._verified: dict[bytes, None] = {}
         self._key = os.urandom(32)
-        from wfsched.web.pages import ROUTES, Pages, template_globals
-
-        pages = Pages(self)
-        self.templates.globals.update(template_globals())
+        self.templates.globals.update(template_globals)
         self.routes: list[tuple[re.Pattern[str], Handler]] = [
-            (re.compile(f"^{pattern}$"), getattr(pages, name)) for pattern, name in ROUTES
+            (re.compile(f"^{pattern}$"), handler) for pattern, handler in routes(self)
         ]
 
     def store(self) -> Store:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote_plus
 
 from wfsched.api.overview import DAY, CalendarRow, Lane
 from wfsched.web.timefmt import span_text, utc_text
@@ -90,18 +90,7 @@ def timeline_chart(
             }
             for bar in lane.bars
         ]
-        marks = [
-            {
-                "x": x_of(mark["at"]),
-                "w": round(max(2.0, x_of(mark["until"]) - x_of(mark["at"])), 2)
-                if mark["until"]
-                else 0,
-                "class": mark["class"],
-                "title": f"{mark['label']} {mark['state']}"
-                + (f": {mark['reason']}" if mark["reason"] else ""),
-            }
-            for mark in lane.marks
-        ]
+        marks = _merged_marks(lane.marks, x_of)
         rows.append({"y": y, "schedule_id": lane.schedule_id, "bars": bars, "marks": marks})
     hours = span / 3600
     step = 3600 * max(1, math.ceil(hours / 12))
@@ -124,41 +113,40 @@ def timeline_chart(
 
 def calendar_chart(days: list[int], rows: list[CalendarRow]) -> dict[str, Any]:
     """A cell per day and schedule, coloured by its outcome, linking to the
-    schedule's runs admitted that day; month starts labelled."""
+    schedule's runs admitted that day; month starts labelled. Day labels and
+    link bounds are computed once per column, not once per cell."""
+    labels = [datetime.fromtimestamp(day * DAY, UTC).strftime("%Y-%m-%d") for day in days]
+    bounds = [
+        f"since={label}T00%3A00%3A00Z&until="
+        + datetime.fromtimestamp((day + 1) * DAY, UTC).strftime("%Y-%m-%dT00%%3A00%%3A00Z")
+        for label, day in zip(labels, days, strict=True)
+    ]
     cells_rows = []
     for index, row in enumerate(rows):
         y = 22 + index * (CELL + 3)
+        schedule = quote_plus(row.schedule_id)
         cells = []
         for column, day in enumerate(days):
             counts = row.cell(day)
-            kind = next((name for name in PRECEDENCE if counts.get(name)), "none")
-            label = datetime.fromtimestamp(day * DAY, UTC).strftime("%Y-%m-%d")
+            x = LABEL_WIDTH + column * (CELL + 2)
+            if not counts:
+                cells.append({"x": x, "class": "none", "href": None, "title": None})
+                continue
+            kind = next((name for name in PRECEDENCE if counts.get(name)), "other")
             summary = ", ".join(f"{counts[name]} {name}" for name in PRECEDENCE if counts.get(name))
-            query = urlencode(
-                {
-                    "schedule": row.schedule_id,
-                    "since": f"{label}T00:00:00Z",
-                    "until": datetime.fromtimestamp((day + 1) * DAY, UTC).strftime(
-                        "%Y-%m-%dT00:00:00Z"
-                    ),
-                }
-            )
             cells.append(
                 {
-                    "x": LABEL_WIDTH + column * (CELL + 2),
+                    "x": x,
                     "class": kind,
-                    "href": f"/runs?{query}" if counts else None,
-                    "title": f"{row.schedule_id} {label} (UTC): {summary or 'nothing decided'}",
+                    "href": f"/runs?schedule={schedule}&{bounds[column]}",
+                    "title": f"{row.schedule_id} {labels[column]} (UTC): {summary}",
                 }
             )
         cells_rows.append({"y": y, "schedule_id": row.schedule_id, "cells": cells})
     months = [
-        {
-            "x": LABEL_WIDTH + column * (CELL + 2),
-            "label": datetime.fromtimestamp(day * DAY, UTC).strftime("%b %d"),
-        }
-        for column, day in enumerate(days)
-        if datetime.fromtimestamp(day * DAY, UTC).day in (1, 15) or column == 0
+        {"x": LABEL_WIDTH + column * (CELL + 2), "label": labels[column][5:]}
+        for column, label in enumerate(labels)
+        if label.endswith(("-01", "-15")) or column == 0
     ]
     return {
         "width": LABEL_WIDTH + len(days) * (CELL + 2) + 10,
@@ -167,6 +155,45 @@ def calendar_chart(days: list[int], rows: list[CalendarRow]) -> dict[str, Any]:
         "rows": cells_rows,
         "months": months,
     }
+
+
+MERGE_PX = 3.0
+"""Marks of one kind closer than this on a lane are drawn as one (a skip a
+minute over a day would otherwise be 1,440 shapes on 900 pixels)."""
+
+
+def _merged_marks(marks: list[dict[str, Any]], x_of: Any) -> list[dict[str, Any]]:
+    drawn: list[dict[str, Any]] = []
+    for mark in marks:
+        x = x_of(mark["at"])
+        width = round(max(2.0, x_of(mark["until"]) - x), 2) if mark["until"] else 0
+        title = f"{mark['label']} {mark['state']}" + (
+            f": {mark['reason']}" if mark["reason"] else ""
+        )
+        last = drawn[-1] if drawn else None
+        if (
+            last is not None
+            and not width
+            and not last["w"]
+            and last["class"] == mark["class"]
+            and x - last["x_end"] < MERGE_PX
+        ):
+            last["count"] += 1
+            last["x_end"] = x
+            last["title"] = f"{last['first']} .. {title} ({last['count']} marks)"
+            continue
+        drawn.append(
+            {
+                "x": x,
+                "x_end": x,
+                "w": width,
+                "class": mark["class"],
+                "title": title,
+                "first": mark["label"],
+                "count": 1,
+            }
+        )
+    return drawn
 
 
 def _nice(value: float) -> float:

@@ -19,10 +19,11 @@ from wfsched.domain.timeutil import parse_instant, wall_clock
 from wfsched.errors import UsageError
 from wfsched.store.web_queries import RunFilter
 from wfsched.web import charts
+from wfsched.web.app import Response
 from wfsched.web.timefmt import epoch_of, span_text, utc_text, zone_text
 
 if TYPE_CHECKING:
-    from wfsched.web.app import Request, Response, WebApp
+    from wfsched.web.app import Request, WebApp
 
 PAGE = 50
 LANES = 25
@@ -67,12 +68,17 @@ def template_globals() -> dict[str, Any]:
 
 
 def countdown_text(seconds: float | None) -> str:
-    """`in 3 min 05 s`, `due now`: what the page's script keeps counting."""
+    """`in 2 h 03 min 05 s`, `in 42 s`, `due now`: what the page's script
+    keeps counting (the same format, every second)."""
     if seconds is None:
         return ""
     if seconds <= 0:
         return "due now"
-    return f"in {span_text(seconds)}"
+    whole = int(seconds)
+    hours, minutes, rest = whole // 3600, whole % 3600 // 60, whole % 60
+    if hours:
+        return f"in {hours} h {minutes:02d} min {rest:02d} s"
+    return f"in {minutes} min {rest:02d} s" if minutes else f"in {rest} s"
 
 
 def _link(path: str, **query: Any) -> str:
@@ -234,8 +240,6 @@ class Pages:
 
     def log(self, request: Request) -> Response:
         """The tail of one stream as plain text (the page's link; no script needed)."""
-        from wfsched.web.app import Response
-
         stream = request.arg("stream") or "stdout"
         attempt = request.int_arg("attempt", 0) or None
         tail = log_tail(self._runs_api(), request.match[0], stream, attempt)

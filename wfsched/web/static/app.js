@@ -3,14 +3,12 @@
 // without JavaScript the server-rendered countdown and a meta refresh remain.
 (function () {
   "use strict";
+  function two(n) { return (n < 10 ? "0" : "") + n; }
   function span(seconds) {
-    if (seconds < 60) return seconds.toFixed(0) + " s";
-    if (seconds < 3600) {
-      var s = Math.floor(seconds % 60);
-      return Math.floor(seconds / 60) + " min " + (s < 10 ? "0" : "") + s + " s";
-    }
-    var m = Math.floor((seconds % 3600) / 60);
-    return Math.floor(seconds / 3600) + " h " + (m < 10 ? "0" : "") + m + " min";
+    var whole = Math.floor(seconds);
+    var h = Math.floor(whole / 3600), m = Math.floor((whole % 3600) / 60), s = whole % 60;
+    if (h) return h + " h " + two(m) + " min " + two(s) + " s";
+    return m ? m + " min " + two(s) + " s" : s + " s";
   }
   function tick() {
     var now = Date.now() / 1000;
