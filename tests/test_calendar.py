@@ -779,7 +779,8 @@ def test_calendar_refuses_an_unnormalized_expression() -> None:
     ],
 )
 def test_unknown_zones_are_rejected(name: Any) -> None:
-    message = f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin'"
+    hint = "did you mean 'Europe/Berlin'?" if name == "europe/berlin" else None
+    message = f"unknown time zone {name!r}; " + (hint or "use an IANA name such as 'Europe/Berlin'")
     with pytest.raises(ValueError) as info:
         load_zone(name)
     assert str(info.value) == message

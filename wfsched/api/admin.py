@@ -64,6 +64,8 @@ class ApplyAction:
     outside: tuple[int, int] | None = None
     """(revision last applied, revision replaced) when this apply replaces a
     revision made outside the folder (by `edit` or `update`) since then."""
+    advice: tuple[tuple[str, str], ...] = ()
+    """Warnings for a created or updated definition (`wfsched.domain.advice`)."""
 
 
 class Admin(Reads):
@@ -193,7 +195,9 @@ class Admin(Reads):
                 defn, source, digest = wanted[schedule_id]
                 row = existing.get(schedule_id)
                 if row is None:
-                    actions.append(ApplyAction(schedule_id, "created", 1, source))
+                    actions.append(
+                        ApplyAction(schedule_id, "created", 1, source, advice=_advice(defn, now))
+                    )
                     if not dry_run:
                         created.append(_new_schedule(defn, now, first_due))
                         applied_rows.append((schedule_id, 1, now, source, digest))
@@ -217,6 +221,7 @@ class Admin(Reads):
                         source,
                         blocked_reason=row.blocked_reason,
                         outside=outside,
+                        advice=_advice(defn, now),
                     )
                 )
                 if not dry_run:
@@ -536,6 +541,12 @@ def _new_schedule(
             first_due[key] = due
     next_due, exhausted = due
     return defn.id, canonical_json(defn), now, consumed, next_due, exhausted
+
+
+def _advice(defn: Definition, now: float) -> tuple[tuple[str, str], ...]:
+    from wfsched.domain.advice import advise
+
+    return tuple(advise(defn, int(now)))
 
 
 def _candidate(row: ScheduleRow) -> Candidate | None:

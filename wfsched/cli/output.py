@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,13 @@ def printable(value: str) -> str:
         else:
             out.append(char)
     return "".join(out)
+
+
+def advise(source: str, advice: Iterable[tuple[str, str]]) -> None:
+    """Print a definition's warnings (`wfsched.domain.advice`) on stderr,
+    one line each, named like definition errors: `FILE: key.path: what`."""
+    for path, message in advice:
+        click.echo(printable(f"wfsched: warning: {source}: {path}: {message}"), err=True)
 
 
 def still_blocked(schedule_id: str, reason: str) -> None:

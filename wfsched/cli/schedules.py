@@ -81,10 +81,17 @@ def validate(state: CliState, files: tuple[str, ...]) -> None:
             continue
         output.say(f"ok {file} ({defn.id})")
         _warn_unlaunchable(file, defn)
+        _advise(state, file, defn)
     if len(errors) == 1:
         raise errors[0]
     if errors:
         raise DefinitionErrors(errors, len(files))
+
+
+def _advise(state: CliState, file: str, defn: Definition) -> None:
+    from wfsched.domain.advice import advise
+
+    output.advise(file, advise(defn, int(state.clock())))
 
 
 def _warn_unlaunchable(file: str, defn: Definition) -> None:
@@ -120,6 +127,7 @@ def create(state: CliState, file: str) -> None:
     defn = _load(state, file)
     view = state.admin(create=True).create(defn)
     output.say(f"created {view['id']} (revision {view['revision']}); {_next_due_text(view)}")
+    _advise(state, "<stdin>" if file == "-" else file, defn)
 
 
 # --------------------------------------------------------------------- apply
@@ -151,6 +159,9 @@ def _report(state: CliState, actions: list[ApplyAction], dry_run: bool) -> None:
     for action in actions:
         tally[action.action] = tally.get(action.action, 0) + 1
         lines.say(f"{action.action} {action.schedule_id} (revision {action.revision})")
+        if action.advice:
+            lines.flush()
+            output.advise(action.source or action.schedule_id, action.advice)
         if action.blocked_reason and not dry_run:
             lines.flush()
             output.still_blocked(action.schedule_id, action.blocked_reason)

@@ -62,8 +62,18 @@ def load_zone(name: str) -> zoneinfo.ZoneInfo:
     edit). A stored one is loaded with `resolve_zone`.
     """
     if not isinstance(name, str) or name not in _zone_names():
+        meant = _zone_names_folded().get(name.casefold()) if isinstance(name, str) else None
+        if meant is not None:
+            # Zone names are case-sensitive (they are file names on most
+            # hosts); the right spelling is offered rather than guessed.
+            raise ValueError(f"unknown time zone {name!r}; did you mean {meant!r}?")
         raise ValueError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin'")
     return zoneinfo.ZoneInfo(name)
+
+
+@functools.cache
+def _zone_names_folded() -> dict[str, str]:
+    return {name.casefold(): name for name in _zone_names()}
 
 
 @functools.cache
@@ -209,8 +219,7 @@ def _check(expr: str) -> str:
         raise ValueError(f"unknown alias {text!r}; use {', '.join(_ALIASES)} or {_SHAPE}")
     fields = re.split(r"[ \t]+", text)
     if len(fields) != 5:
-        extra = " (seconds and year fields are not supported)" if len(fields) in (6, 7) else ""
-        raise ValueError(f"expected {_SHAPE}; got {len(fields)} fields{extra}")
+        raise ValueError(f"expected {_SHAPE}; got {len(fields)} fields{_extra_fields(fields)}")
     out = []
     for index, field in enumerate(fields):
         items = field.split(",")
@@ -218,6 +227,26 @@ def _check(expr: str) -> str:
             raise ValueError(f"{_FIELDS[index]} field: empty item in {field!r}")
         out.append(",".join(_item(item, index) for item in items))
     return " ".join(out)
+
+
+def _extra_fields(fields: list[str]) -> str:
+    """Why a line has more than five fields: usually a crontab line pasted
+    whole, its command (and in /etc/crontab its user) after the times."""
+    if len(fields) <= 5:
+        return ""
+    sixth = fields[5]
+    if _COMMAND_LIKE.search(sixth) or len(fields) > 7:
+        return (
+            f"; the sixth field {sixth!r} looks like a command (or, in /etc/crontab, a user):"
+            " the command goes in run.command (`wfsched import-crontab` translates whole"
+            " crontabs)"
+        )
+    return " (seconds and year fields are not supported)"
+
+
+_COMMAND_LIKE = re.compile(r"[/~.$=]|^[A-Za-z_][\w-]*[a-z]{3,}")
+"""A field no cron grammar has: a path, a variable, or a word longer than a
+month or weekday name."""
 
 
 def _croniter(normalized: str, zone: tzinfo) -> croniter:
@@ -324,6 +353,11 @@ class CronCalendar:
 
     def __repr__(self) -> str:
         return f"CronCalendar({self.expression!r}, {self.zone_name!r})"
+
+    def hours(self) -> frozenset[int] | None:
+        """The hours the expression names, or None for an hour field of `*`."""
+        hours = self._iter.expanded[1]
+        return None if hours == ["*"] else frozenset(int(hour) for hour in hours)
 
     def _matches_clock(self, local: datetime) -> bool:
         """Whether the local hour and minute satisfy the expression's fields.

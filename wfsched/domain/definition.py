@@ -97,10 +97,27 @@ def parse_definition(text: str, source: str, *, now: int | None = None) -> Defin
     try:
         document = _load_toml(text)
     except tomllib.TOMLDecodeError as exc:
-        raise DefinitionError(source, "", f"invalid TOML: {exc}") from None
+        raise DefinitionError(source, "", f"invalid TOML: {exc}{_python_spelling(text)}") from None
     except RecursionError:
         raise DefinitionError(source, "", "invalid TOML: nested too deeply") from None
     return definition_from_document(document, source, now=now)
+
+
+_PYTHON_VALUE = re.compile(r"(?:^|[=\[,{])[ \t]*(True|False|None)\b", re.MULTILINE)
+
+
+def _python_spelling(text: str) -> str:
+    """A hint when the file spells a value the way Python does: a common
+    slip for people who write Python, and tomllib's own message (`Invalid
+    value`) does not say which word is wrong."""
+    match = _PYTHON_VALUE.search(text)
+    if match is None:
+        return ""
+    word = match.group(1)
+    line = text.count("\n", 0, match.start(1)) + 1
+    if word == "None":
+        return f"; line {line}: TOML has no None (leave the key out)"
+    return f"; line {line}: TOML writes {word} as {word.lower()} (lower case)"
 
 
 def _load_toml(text: str) -> dict[str, Any]:
