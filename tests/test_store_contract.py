@@ -787,3 +787,17 @@ def test_ledger_days_and_window_group_instants_by_day_and_run_state(store: Store
         (base + day + 5, None, None),
     ]
     assert len(store.ledger_in_window(["s"], base, base + 2 * day, 2)) == 2
+
+
+def test_schedules_after_prefilters_on_a_flag_and_on_text(store: Store) -> None:
+    for name in ("a_1", "ab1", "b%2", "c"):
+        add_schedule(store, name)
+    with store.atomic():
+        store.update_schedule("ab1", paused=1)
+        store.update_schedule("c", blocked_reason="zone gone")
+    assert [r.id for r in store.schedules_after(None, 9, having="paused")] == ["ab1"]
+    assert [r.id for r in store.schedules_after(None, 9, having="blocked_reason")] == ["c"]
+    # LIKE's wildcards in the text are literal: `_` is not any character.
+    assert [r.id for r in store.schedules_after(None, 9, containing="a_")] == ["a_1"]
+    assert [r.id for r in store.schedules_after(None, 9, containing="B%")] == ["b%2"]
+    assert [r.id for r in store.schedules_after("a_1", 9, containing="1")] == ["ab1"]

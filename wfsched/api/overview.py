@@ -9,6 +9,7 @@ does (`shown_state`), so the web view computes no state of its own.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,17 @@ from wfsched.store import ScheduleRow, Store, run_id
 from wfsched.store.web_queries import RunFilter
 
 SCHEDULE_STATES = ("active", "paused", "blocked", "exhausted", "deleted")
+_STATE_FLAG = {
+    "paused": "paused",
+    "blocked": "blocked_reason",
+    "exhausted": "exhausted",
+    "deleted": "deleted_at",
+}
+"""The column a schedule in that state must have set (the store's prefilter;
+`ScheduleRow.state` still decides)."""
+_PLAIN = re.compile(r"[ -!#-\[\]-~]+")
+"""Text the stored JSON holds as written (printable ASCII without `"` and
+backslash), so the store may prefilter on it."""
 RUN_KINDS = ("scheduled", "manual")
 DAY = 86400
 SCAN_CHUNK = 500
@@ -84,8 +96,12 @@ class Overview:
         needle = (text or "").strip().casefold()
         found: list[ScheduleRow] = []
         cursor = after
+        having = _STATE_FLAG.get(state or "")
+        containing = needle if _PLAIN.fullmatch(needle) else None
         while len(found) <= limit:
-            chunk = self.store.schedules_after(cursor, SCAN_CHUNK, include_deleted=True)
+            chunk = self.store.schedules_after(
+                cursor, SCAN_CHUNK, include_deleted=True, having=having, containing=containing
+            )
             for row in chunk:
                 if row.state == "deleted" and state != "deleted":
                     continue

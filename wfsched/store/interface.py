@@ -662,9 +662,17 @@ class Store(Protocol):
     """Opened so that the database refuses writes (the web view)."""
 
     def schedules_after(
-        self, after_id: str | None, limit: int, include_deleted: bool = False
+        self,
+        after_id: str | None,
+        limit: int,
+        include_deleted: bool = False,
+        *,
+        having: str | None = None,
+        containing: str | None = None,
     ) -> list[ScheduleRow]:
-        """Schedules in id order after `after_id` (keyset paging)."""
+        """Schedules in id order after `after_id` (keyset paging); `having`
+        and `containing` prefilter on a set flag column and on text in the id
+        or stored definition (the caller still decides the match)."""
         ...
 
     def find_runs(

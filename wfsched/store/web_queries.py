@@ -25,6 +25,15 @@ _RUN_COLUMNS = (
 )
 
 
+SCHEDULE_FLAGS = {
+    "paused": "paused <> 0",
+    "blocked_reason": "blocked_reason IS NOT NULL",
+    "deleted_at": "deleted_at IS NOT NULL",
+    "exhausted": "exhausted <> 0",
+}
+"""The columns a schedules prefilter may require to be set."""
+
+
 @dataclass(frozen=True)
 class RunFilter:
     """What the runs page narrows to; None leaves a field open. `since` and
@@ -71,14 +80,34 @@ class WindowItem:
 
 class WebQueries(Connected):
     def schedules_after(
-        self, after_id: str | None, limit: int, include_deleted: bool = False
+        self,
+        after_id: str | None,
+        limit: int,
+        include_deleted: bool = False,
+        *,
+        having: str | None = None,
+        containing: str | None = None,
     ) -> list[ScheduleRow]:
-        """Schedules in id order after `after_id` (keyset paging on the key)."""
+        """Schedules in id order after `after_id` (keyset paging on the key).
+
+        `having` keeps only rows whose column of that name is set (one of
+        SCHEDULE_FLAGS); `containing` only rows whose id or stored definition
+        holds the text, case-folded. Both are prefilters that let a filtered
+        page skip most rows in the database; the caller decides the match
+        itself (`ScheduleRow.state`, the description), so a prefilter only
+        needs to keep every row that could match."""
         clauses = [] if include_deleted else ["deleted_at IS NULL"]
         params: list[Any] = []
         if after_id is not None:
             clauses.append("id > ?")
             params.append(after_id)
+        if having is not None:
+            clauses.append(SCHEDULE_FLAGS[having])
+        if containing:
+            escaped = containing.lower().replace("\\", "\\\\").replace("%", "\\%")
+            escaped = escaped.replace("_", "\\_")
+            clauses.append("(LOWER(id) LIKE ? ESCAPE '\\' OR LOWER(definition) LIKE ? ESCAPE '\\')")
+            params += [f"%{escaped}%", f"%{escaped}%"]
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._execute(
             f"SELECT {_SCHEDULE_COLUMNS} FROM schedules{where} ORDER BY id LIMIT ?",
