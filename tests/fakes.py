@@ -85,7 +85,7 @@ class FakeControl:
     def alive(self, handle: ShimHandle) -> bool:
         return handle.pid in self.alive_pids
 
-    def cancel(self, handle: ShimHandle) -> bool:
+    def cancel(self, handle: ShimHandle, reason: str | None = None) -> bool:
         self.cancelled.append(handle.pid)
         return handle.pid in self.alive_pids
 

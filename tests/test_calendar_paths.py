@@ -194,16 +194,19 @@ def test_next_shows_the_completed_repeat(run_cli: CliRun, tmp_path: Path) -> Non
             "scheduled_at": "2026-11-01T05:30:00Z",
             "local": "2026-11-01 01:30 -04:00 (EDT)",
             "note": None,
+            "held": None,
         },
         {
             "scheduled_at": "2026-11-01T06:30:00Z",
             "local": "2026-11-01 01:30 -05:00 (EST)",
             "note": "dst-fold-repeat",
+            "held": None,
         },
         {
             "scheduled_at": "2027-11-01T05:30:00Z",
             "local": "2027-11-01 01:30 -04:00 (EDT)",
             "note": None,
+            "held": None,
         },
     ]
     code, out, _ = run_cli("next", "fold", "--after", "2026-11-01T01:00:00-04:00", "--count", "2")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -783,7 +784,7 @@ def test_next_starts_after_now_and_honours_count(run_cli: CliRun, created) -> No
     assert code == 0
     assert as_json(out) == {
         "items": [
-            {"scheduled_at": t, "local": local, "note": None}
+            {"scheduled_at": t, "local": local, "note": None, "held": None}
             for t, local in (
                 ("2026-06-01T12:15:00Z", "2026-06-01 12:15 +00:00 (UTC)"),
                 ("2026-06-01T12:30:00Z", "2026-06-01 12:30 +00:00 (UTC)"),
@@ -805,16 +806,19 @@ def test_next_marks_the_new_york_fall_fold(run_cli: CliRun, created) -> None:
             "scheduled_at": "2026-11-01T05:30:00Z",
             "local": "2026-11-01 01:30 -04:00 (EDT)",
             "note": None,
+            "held": None,
         },
         {
             "scheduled_at": "2026-11-01T06:30:00Z",
             "local": "2026-11-01 01:30 -05:00 (EST)",
             "note": "dst-fold-repeat",
+            "held": None,
         },
         {
             "scheduled_at": "2026-11-02T06:30:00Z",
             "local": "2026-11-02 01:30 -05:00 (EST)",
             "note": None,
+            "held": None,
         },
     ]
     code, out, _ = run_cli(*args)
@@ -833,11 +837,13 @@ def test_next_marks_the_new_york_spring_gap(run_cli: CliRun, created) -> None:
             "scheduled_at": "2026-03-08T07:00:00Z",
             "local": "2026-03-08 03:00 -04:00 (EDT)",
             "note": "dst-gap-shifted",
+            "held": None,
         },
         {
             "scheduled_at": "2026-03-09T06:30:00Z",
             "local": "2026-03-09 02:30 -04:00 (EDT)",
             "note": None,
+            "held": None,
         },
     ]
     out = run_cli(*args)[1]
@@ -993,7 +999,9 @@ def test_summary_rows_carry_count_first_and_last(
         "2026-06-01T13:00:00Z",
     )
     out = run_cli("occurrences", "napper")[1]
-    assert "skipped-paused (6 instants)" in out
+    # A summary row spans two lines: first and last instant, state and count.
+    assert re.search(r"2026-06-01T12:10:00Z \.\. .* skipped-paused ", out)
+    assert re.search(r"\n2026-06-01T13:00:00Z .* \(6 instants\)", out)
 
 
 def test_empty_history_says_so(run_cli: CliRun, created) -> None:

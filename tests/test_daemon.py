@@ -61,7 +61,7 @@ def test_one_shot_runs_once_with_input_on_stdin_and_logs(store: Path, tmp_path: 
         schedule = wfsched_json(store, "get", "once")
         assert schedule["state"] == "exhausted"
         table = wfsched(store, "runs", env={"COLUMNS": "200"}).stdout
-        assert "scheduled (local)" in table and "+00:00" in table
+        assert "SCHEDULED (LOCAL)" in table and "+00:00" in table
         shown = wfsched(store, "runs", "show", "run-000001", env={"COLUMNS": "200"}).stdout
         assert "(UTC)" in shown
     finally:

@@ -345,3 +345,94 @@ def test_system_errors_become_fault_kinds_in_words(
         return
     assert fault is not None and fault.kind == kind
     assert words in str(fault) and "Error" not in str(fault)
+
+
+def test_a_disk_full_episode_gives_the_log_back_on_its_way_out(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor's connection never checkpoints by itself and its
+    checkpoint phase waits while an episode lasts: the probe that ends a
+    disk-full episode folds the log and truncates it, or the log's own
+    pages would keep the disk full after the operator freed it."""
+    h.supervisor = supervisor(h)
+    h.tick_at(T0 - 10)
+    for number in range(300):  # a log of about 2.4 MB, not yet folded
+        h.store.touch_meta(filler=str(number) * 500)
+    wal = Path(f"{h.store.db_path}-wal")
+    assert wal.stat().st_size > 1 << 20
+    full = disk_full(h, monkeypatch)
+    h.tick_at(T0 - 5)
+    assert h.supervisor.errors.episode is not None
+    full[0] = False
+    h.tick_at(T0 - 5 + FAULT_BACKOFF_FIRST)
+    assert len(events(h, "fault-cleared")) == 1
+    assert wal.stat().st_size < 64 << 10  # the probe's stamp alone, after the truncation
+
+
+def runs_spawned(h: Harness) -> list[str]:
+    """The runs spawned (not the fault hook)."""
+    return [spec.run_id for spec, _ in h.control.spawned if spec.run_id.startswith("run-")]
+
+
+def test_a_spawn_refused_for_a_full_disk_waits_for_the_episode_and_then_starts(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run keeper could not write the attempt's started record (the
+    disk filled between the mark's commit and the spawn): nothing started.
+    The attempt waits, marked, and starts once the episode ends; it used to
+    be failed (a write the same full disk refused, so the run stayed
+    `running` with no exit, holding its execution slot)."""
+    h.supervisor = supervisor(h)
+    h.tick_at(T0 - 10)
+    real_spawn = h.control.spawn
+    refused: list[str] = []
+
+    def spawn(spec: Any) -> Any:
+        if not refused:
+            refused.append(spec.run_id)
+            raise SpawnRefused(
+                errno.ENOSPC,
+                f"cannot launch {spec.run_id}: cannot write the started record"
+                " (No space left on device)",
+            )
+        return real_spawn(spec)
+
+    monkeypatch.setattr(h.control, "spawn", spawn)
+    h.tick_at(T0)
+    assert refused == ["run-000001"]
+    (opened,) = events(h, "fault")
+    assert opened["kind"] == "disk-full" and opened["phase"] == "launch"
+    assert h.runs.show("run-000001")["state"] == "running"
+    assert events(h, "failed") == [] and runs_spawned(h) == []
+    h.tick_at(T0 + FAULT_BACKOFF_FIRST)
+    assert len(events(h, "fault-cleared")) == 1
+    assert runs_spawned(h) == ["run-000001"]
+    h.control.finish("run-000001", exit_code=0)
+    h.tick_at(T0 + 2)
+    shown = h.runs.show("run-000001")
+    assert shown["state"] == "completed" and len(shown["attempts"]) == 1
+    assert [e["run"] for e in events(h, "started")] == ["run-000001"]
+
+
+def test_a_spawn_refused_for_a_full_disk_and_a_shutdown_record_it_never_started(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped while such an attempt waits: the drain records it failed as
+    never started once the store takes the write, not as the launcher's."""
+    h.supervisor = supervisor(h)
+    h.tick_at(T0 - 10)
+
+    def spawn(spec: Any) -> Any:
+        raise SpawnRefused(errno.ENOSPC, f"cannot launch {spec.run_id}: no space")
+
+    monkeypatch.setattr(h.control, "spawn", spawn)
+    h.tick_at(T0)
+    assert h.runs.show("run-000001")["state"] == "running"
+    h.clock.set(T0 + FAULT_BACKOFF_FIRST)
+    h.supervisor.drain()
+    shown = h.runs.show("run-000001")
+    assert shown["state"] == "failed" and len(shown["attempts"]) == 1
+    assert shown["reason"] == (
+        "not started: the store's disk refused its launch until the supervisor shut down"
+    )
+    assert runs_spawned(h) == []

@@ -15,21 +15,34 @@ cannot (not root, mount or cgroup refused).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import math
 import os
 import re
 import resource
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from tests.daemon import Daemon, utc_in, wait_for, wfsched, wfsched_json, write_definition
+from tests.test_launcher import make_spec
+from wfsched.domain.tickerrors import FAULT_BACKOFF_MAX
+from wfsched.process.launcher import (
+    AlreadyLaunched,
+    Launcher,
+    SpawnRefused,
+    read_exit_record,
+    read_shim_record,
+)
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -41,13 +54,12 @@ def _need_root() -> None:
         pytest.skip("needs root: the test mounts a filesystem for the store")
 
 
-@pytest.fixture
-def tmpfs_store(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MB tmpfs mounted as the store directory."""
+@contextmanager
+def _tmpfs(store: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted as the store directory, unmounted after."""
     _need_root()
-    store = tmp_path / "store"
     store.mkdir()
-    mounted = _run("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(store))
+    mounted = _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(store))
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -55,6 +67,21 @@ def tmpfs_store(tmp_path: Path) -> Iterator[Path]:
     finally:
         (store / "filler").unlink(missing_ok=True)
         _run("umount", "-l", str(store))
+
+
+@pytest.fixture
+def tmpfs_store(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MB tmpfs mounted as the store directory."""
+    with _tmpfs(tmp_path / "store", "16m") as store:
+        yield store
+
+
+@pytest.fixture
+def small_tmpfs_store(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MB tmpfs as the store: a few dozen runs and the database's log
+    are enough to fill it."""
+    with _tmpfs(tmp_path / "store", "3m") as store:
+        yield store
 
 
 def fill(path: Path) -> None:
@@ -226,6 +253,118 @@ def _wait_past_latest(folder: Path, margin: float) -> None:
         for value in re.findall(r'at = "([^"]+)"', text)
     )
     wait_for(lambda: time.time() > latest + margin, what="every instant due and late")
+
+
+ONE_SHOTS = 24
+"""One-shots in the small-disk test, one falling due each second (each
+writes 20 KB): with the database, its log and the records, about 2 MB of 3."""
+
+
+def _ended(daemon: Daemon) -> int:
+    return len(events(daemon, "completed")) + len(events(daemon, "failed"))
+
+
+def _fill_for(daemon: Daemon, store: Path, seconds: float) -> float:
+    """Keep the store's filesystem full for `seconds` (topped up as the
+    supervisor gives back its log's pages), then free it; returns how long
+    the episode outlived the space coming back (it must end by itself, at
+    the next probe)."""
+    opened = len(events(daemon, "fault"))
+    fill(store / "filler")
+    filled = time.monotonic()
+    wait_for(lambda: len(events(daemon, "fault")) > opened, timeout=20, what="the fault line")
+
+    def topped_up() -> bool:
+        space = os.statvfs(store)
+        with contextlib.suppress(OSError), open(store / "filler", "ab") as filler:
+            filler.write(b"\0" * space.f_bavail * space.f_frsize)
+        return time.monotonic() >= filled + seconds
+
+    wait_for(topped_up, timeout=seconds + 5, what="the fill")
+    assert daemon.proc.poll() is None, daemon.text()
+    (store / "filler").unlink()
+    freed = time.monotonic()
+    wait_for(
+        lambda: len(events(daemon, "fault-cleared")) == len(events(daemon, "fault")),
+        timeout=FAULT_BACKOFF_MAX + 10,
+        what="the episode to end by itself",
+        explain=daemon.text,
+    )
+    return time.monotonic() - freed
+
+
+def test_a_small_disk_filled_twice_while_one_shots_fall_due_every_second(
+    small_tmpfs_store: Path, tmp_path: Path
+) -> None:
+    """A 3 MB store, a one-shot due every second, the disk filled for 10 s
+    and freed, the catch-up burst, then filled again. Each episode ends by
+    itself at the first probe after the space comes back: the probe gives
+    back the database log's pages (a truncating checkpoint) and a spawn
+    the keeper refused for want of space waits for the episode, instead of
+    leaving its run `running` with no exit. It used to open a second
+    episode that never ended: the log, never checkpointed during an
+    episode and never shrunk, ate the space that was freed."""
+    store = small_tmpfs_store
+    daemon = Daemon(store)
+    daemon.wait_started()
+    try:
+        base = math.ceil(time.time()) + 2
+        ats = [base + second for second in range(ONE_SHOTS)]
+        write = 'head -c 20000 /dev/zero > "$WFSCHED_STATE_DIR/out"'
+        lateness = '[policy]\nlateness = "10m"\n'
+        definitions = {
+            f"s{index:02d}": one_shot(_utc(at), write, lateness) for index, at in enumerate(ats)
+        }
+        # Exits while the disk is full: the keeper keeps its code until it can be recorded.
+        definitions["long"] = one_shot(_utc(base), "sleep 4.107; exit 7", lateness)
+        apply(store, tmp_path / "defs", definitions)
+        wait_for(lambda: events(daemon, "started"), timeout=10, what="long to start")
+        wait_for(lambda: time.time() >= base + 2, what="a few one-shots to run")
+        late = _fill_for(daemon, store, 10)
+        assert late <= FAULT_BACKOFF_MAX + 2, daemon.text()
+        assert not _command_running("sleep 4.107; exit 7")
+        due = sum(1 for at in ats if at <= time.time()) + 1
+        wait_for(lambda: _ended(daemon) >= due, timeout=20, what="the catch-up burst")
+        again = _fill_for(daemon, store, 4)
+        assert again <= FAULT_BACKOFF_MAX + 2, daemon.text()
+        print(f"\nMEASURE small disk: episodes ended {late:.1f}s, {again:.1f}s after freeing")
+        wait_for(
+            lambda: _ended(daemon) == ONE_SHOTS + 1,
+            timeout=max(0, ats[-1] - time.time()) + 20,
+            what="every one-shot to end",
+            explain=daemon.text,
+        )
+        assert daemon.proc.poll() is None
+        listed = runs(store)
+        by_schedule = {run["schedule_id"]: run for run in listed}
+        assert len(listed) == len(by_schedule) == ONE_SHOTS + 1  # one run each, none twice
+        assert by_schedule.pop("long")["exit_code"] == 7  # kept through the episode
+        for run in by_schedule.values():
+            # A job writing while the disk is filled under it fails by itself (exit 1).
+            ended = (run["state"], run["exit_code"], len(run["attempts"]))
+            assert ended in (("completed", 0, 1), ("failed", 1, 1)), run
+        assert _ledger_rows(store) == dict.fromkeys(definitions, 1)
+        assert_committed_logs(daemon, store)
+        assert wfsched_json(store, "status")["supervisor"]["fault"] is None
+        assert_audit_clean(store)
+        # At rest the log is back within its limit, not at its high-water mark.
+        assert (store / "wfsched.db-wal").stat().st_size <= 1 << 20
+    finally:
+        (store / "filler").unlink(missing_ok=True)
+        assert daemon.stop() == 0
+
+
+def _ledger_rows(store: Path) -> dict[str, int]:
+    """Ledger rows per schedule, read from the database (one query, not a
+    command per schedule)."""
+    uri = f"file:{store / 'wfsched.db'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        rows = db.execute("SELECT schedule_id, COUNT(*) FROM occurrences GROUP BY schedule_id")
+        return dict(rows.fetchall())
+
+
+def _utc(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def test_a_crash_during_a_full_disk_episode_recovers_as_after_any_crash(
@@ -751,3 +890,24 @@ def test_cli_writes_and_supervise_on_a_read_only_store_fail_in_one_line(
     finally:
         _run("mount", "-o", "remount,rw", str(store))
     assert wfsched_json(store, "get", "job")["state"] == "active"  # nothing written
+
+
+def test_a_launch_the_full_disk_refused_leaves_its_attempt_launchable(tmp_path: Path) -> None:
+    """The keeper cannot write an attempt's started record on a full disk:
+    it says so with the errno (a disk-full fault to the supervisor, which
+    holds the attempt), and leaves the record empty, so the same attempt
+    starts, once, when there is space again."""
+    with _tmpfs(tmp_path / "disk", "1m") as disk, Launcher() as launcher:
+        spec = make_spec(disk, ("sh", "-c", "exit 0"))
+        fill(disk / "filler")
+        with pytest.raises(SpawnRefused) as refused:
+            launcher.spawn(spec)
+        assert refused.value.errno == errno.ENOSPC
+        assert "cannot write the started record" in str(refused.value)
+        assert read_shim_record(spec.record_dir) is None
+        (disk / "filler").unlink()
+        launcher.spawn(spec)
+        record = wait_for(lambda: read_exit_record(spec.record_dir), what="the exit record")
+        assert (record.outcome, record.exit_code) == ("exited", 0)
+        with pytest.raises(AlreadyLaunched):
+            launcher.spawn(spec)

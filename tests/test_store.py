@@ -441,13 +441,17 @@ def test_a_connection_that_defers_checkpoints_folds_the_log_only_when_asked(
     for number in range(CHECKPOINT_CHANGES - 1):
         store.touch_meta(probe=str(number))
     assert not store.checkpoint()  # not enough written yet
-    for number in range(CHECKPOINT_CHANGES, 1500):  # past 1,000 pages: one commit each
+    for number in range(CHECKPOINT_CHANGES, 5 * CHECKPOINT_CHANGES):
         store.touch_meta(probe=str(number))
-    assert _in_the_database_file(tmp_path / "s", "probe") is None
     assert not store.checkpoint(quiet=False)  # busy: only at ten times as much
     assert store.checkpoint()
-    assert _in_the_database_file(tmp_path / "s", "probe") == "1499"
+    assert _in_the_database_file(tmp_path / "s", "probe") == str(5 * CHECKPOINT_CHANGES - 1)
     assert not store.checkpoint()
+    for number in range(1100):  # past SQLite's 1,000 pages: one commit each
+        store.touch_meta(probe=str(number))
+    assert _in_the_database_file(tmp_path / "s", "probe") == str(5 * CHECKPOINT_CHANGES - 1)
+    assert store.checkpoint(quiet=False)  # past ten times as much
+    assert _in_the_database_file(tmp_path / "s", "probe") == "1099"
     store.reconnect()  # a new connection defers as well
     assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     store.close()
@@ -455,3 +459,45 @@ def test_a_connection_that_defers_checkpoints_folds_the_log_only_when_asked(
     assert other._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     assert not other.checkpoint()
     other.close()
+
+
+def _log_bytes(store: SQLiteStore) -> int:
+    return os.stat(f"{store.db_path}-wal").st_size
+
+
+def test_the_log_shrinks_back_to_its_limit_after_a_checkpoint(tmp_path: Path) -> None:
+    """SQLite reuses its log from the start after a checkpoint and never
+    shrinks the file by itself: without a `journal_size_limit` a burst's
+    log kept its high-water mark of disk for good (on a small filesystem,
+    the space an operator freed went to it). Every connection bounds it."""
+    store = SQLiteStore(tmp_path / "s")
+    other = SQLiteStore(tmp_path / "s")
+    for connection in (store, other):
+        limit = connection._conn.execute("PRAGMA journal_size_limit").fetchone()[0]
+        assert 0 < limit <= 1 << 20
+    store.defer_checkpoints()
+    for number in range(800):  # a burst: one page of log or more per commit
+        store.touch_meta(probe=str(number) * 500)
+    assert _log_bytes(store) > 3 << 20
+    assert store.checkpoint()
+    store.touch_meta(probe="after")  # the first commit after it restarts the log
+    assert _log_bytes(store) <= 1 << 20
+    other.close()
+    store.close()
+
+
+def test_a_disk_full_probe_folds_the_log_and_truncates_it(tmp_path: Path) -> None:
+    """The log's pages are space the store holds: a disk-full episode's
+    probe gives them back (a truncating checkpoint) before it counts what
+    is free, so the episode ends once the operator frees space, however
+    large the log had grown."""
+    store = SQLiteStore(tmp_path / "s")
+    store.defer_checkpoints()
+    for number in range(300):
+        store.touch_meta(probe=str(number) * 500)
+    assert _log_bytes(store) > 1 << 20
+    store.probe_space(0)
+    assert _log_bytes(store) == 0
+    assert _in_the_database_file(tmp_path / "s", "probe") == "299" * 500
+    assert not store.checkpoint()  # folded: nothing owed
+    store.close()

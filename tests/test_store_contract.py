@@ -313,7 +313,7 @@ def test_schedules_by_id_crosses_the_in_list_chunk(store: Store) -> None:
     assert sorted(found) == ids
     seq = admit(store, ids[-1], T0 + 60)
     assert store.active_run_counts(ids) == {ids[-1]: 1}
-    assert store.last_outcomes(ids) == {ids[-1]: "admitted"}
+    assert {key: run.state for key, run in store.last_runs(ids).items()} == {ids[-1]: "admitted"}
     assert store.get_run(seq) is not None
 
 
@@ -360,6 +360,12 @@ def test_occurrences_page_in_record_order_by_ledger_position(store: Store) -> No
     assert seen == [T0 + 60 * minute for minute in minutes]
     assert positions == sorted(set(positions))
     assert store.page_occurrences("other", None, 10) == []
+    backwards: list[int] = []
+    before: int | None = None
+    while page := store.page_occurrences("s", before, 2, newest_first=True):
+        backwards.extend(row.scheduled_at for row in page)
+        before = page[-1].ledger_pos
+    assert backwards == seen[::-1]
 
 
 def test_runs_page_newest_first_with_filters(store: Store) -> None:
@@ -372,6 +378,12 @@ def test_runs_page_newest_first_with_filters(store: Store) -> None:
     with store.atomic():
         store.update_run(seqs[0], state="failed", finished_at=T0 + 1)
     assert [run.seq for run in store.list_runs(state="failed")] == [seqs[0]]
+    oldest = store.list_runs(limit=2, oldest_first=True)
+    assert [run.seq for run in oldest] == seqs[:2]
+    after = store.list_runs(before_seq=seqs[1], limit=10, oldest_first=True)
+    assert [run.seq for run in after] == seqs[2:]
+    assert store.last_runs(["a", "b", "none"]).keys() == {"a", "b"}
+    assert store.last_runs(["a"])["a"].seq == seqs[4]
 
 
 # -- run and attempt lifecycle ----------------------------------------------------------
@@ -532,6 +544,56 @@ def test_requests_queue_in_order_until_answered(store: Store) -> None:
     assert (answered.state, answered.result, answered.handled_at) == ("done", "run-000001", T0 + 2)
     assert answered.payload == '{"input": 1}'
     assert store.get_request(10_000) is None
+
+
+def test_a_request_is_answered_once_and_keeps_its_progress_note_until_then(store: Store) -> None:
+    """Whoever answers first (the run's host's agent or the leader) wins: a
+    second answer writes nothing and says so; a progress note is kept only
+    while the request is pending."""
+    add_schedule(store)
+    with store.atomic():
+        seq = store.insert_request("cancel", T0, run_seq=7)
+        store.note_request(seq, "run-000007 cancelling on host a")
+    pending = store.get_request(seq)
+    assert pending is not None
+    assert (pending.state, pending.result) == ("pending", "run-000007 cancelling on host a")
+    with store.atomic():
+        assert store.finish_request(seq, "done", "run-000007 cancelled", T0 + 1) is True
+    with store.atomic():
+        assert store.finish_request(seq, "done", "run-000007 failed", T0 + 2) is False
+        store.note_request(seq, "late note")
+    answered = store.get_request(seq)
+    assert answered is not None
+    assert (answered.state, answered.result, answered.handled_at) == (
+        "done",
+        "run-000007 cancelled",
+        T0 + 1,
+    )
+
+
+def test_each_host_sees_the_cancels_and_resumes_of_its_own_runs(store: Store) -> None:
+    """A host's agent reads the pending cancels and resumes of runs recorded on
+    it (and of runs recorded on no host), never a trigger or another host's;
+    an execution slot counts on the host that holds it."""
+    add_schedule(store)
+    on_a, on_b, nowhere = (admit(store, "s", T0 + 60 * n) for n in (1, 2, 3))
+    with store.atomic():
+        store.update_run(on_a, host="a", state="running", attempt=1)
+        store.update_run(on_b, host="b", state="running", attempt=1)
+        asks = [
+            store.insert_request("cancel", T0, run_seq=on_b),
+            store.insert_request("resume", T0, run_seq=on_a),
+            store.insert_request("trigger", T0, schedule_id="s"),
+            store.insert_request("cancel", T0, run_seq=nowhere),
+            store.insert_request("cancel", T0, run_seq=on_a),
+        ]
+    assert [r.seq for r in store.pending_run_requests("a")] == [asks[1], asks[3], asks[4]]
+    assert [r.seq for r in store.pending_run_requests("b")] == [asks[0], asks[3]]
+    with store.atomic():
+        store.finish_request(asks[1], "done", "run attempt 2", T0 + 1)
+    assert [r.seq for r in store.pending_run_requests("a")] == [asks[3], asks[4]]
+    assert (store.executing_count(), store.executing_count("a")) == (3, 1)
+    assert (store.executing_count("b"), store.executing_count("c")) == (1, 0)
 
 
 def test_meta_is_an_upsert(store: Store) -> None:

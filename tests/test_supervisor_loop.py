@@ -254,6 +254,78 @@ def test_cancel_of_a_running_run_asks_the_shim_and_records_cancelled(h: Harness)
     assert isinstance(h.runs.request_cancel("run-000001"), str)
 
 
+def test_a_cancel_is_answered_with_the_end_of_the_attempt_it_cancelled(h: Harness) -> None:
+    """The request stays pending (with a note of what was done) until the
+    process has ended: a run is never recorded cancelled while it runs on.
+    A run that ends by itself first keeps its own outcome, and says so."""
+    h.define("a")
+    h.define("b")
+    h.tick_at(T0)
+    first = h.runs.request_cancel("run-000001")
+    second = h.runs.request_cancel("run-000002")
+    assert isinstance(first, int) and isinstance(second, int)
+    h.supervisor.tick()
+    h.supervisor.tick()  # seen again: carried out once
+    handles = [h.control.spec(run)[1].pid for run in ("run-000001", "run-000002")]
+    assert h.control.cancelled == handles
+    for seq, run in ((first, "run-000001"), (second, "run-000002")):
+        pending = h.store.get_request(seq)
+        assert pending is not None and pending.state == "pending"
+        assert (pending.result or "").startswith(f"{run} cancelling on host ")
+        assert h.runs.show(run)["state"] == "running"
+    h.control.finish("run-000001", exit_code=None, outcome="cancelled", reason="cancelled")
+    h.control.finish("run-000002", exit_code=0)
+    h.supervisor.tick()
+    answers = [h.store.get_request(seq) for seq in (first, second)]
+    assert [(a.state, a.result) for a in answers if a] == [
+        ("done", "run-000001 cancelled"),
+        ("done", "run-000002 ended before the cancel took effect (completed)"),
+    ]
+    assert [h.runs.show(run)["state"] for run in ("run-000001", "run-000002")] == [
+        "failed",
+        "completed",
+    ]
+
+
+@pytest.mark.parametrize("meanwhile", ["answered", "cancelled"])
+def test_a_resume_that_another_got_to_first_marks_and_starts_nothing(
+    h: Harness, meanwhile: str
+) -> None:
+    """Between the resume's checks and its mark, the request was answered
+    (the leader refused it: the host looked lost) or the run was cancelled:
+    the mark is a compare-and-set on both, so nothing is marked or started
+    and the request keeps the one answer it got."""
+    h.define_interruptible("a")
+    h.tick_at(T0)
+    h.control.finish("run-000001", exit_code=75)
+    h.tick_at(T0 + 1)
+    seq = h.runs.request_resume("run-000001")
+
+    def other_host(point: str) -> None:
+        if point != "before-resume-mark":
+            return
+        with h.store.atomic():
+            if meanwhile == "answered":
+                h.store.finish_request(seq, "refused", "host a is lost", T0 + 2)
+            else:
+                h.store.update_run(1, state="failed", reason="cancelled", finished_at=T0 + 2)
+
+    h.supervisor.fault = other_host
+    h.tick_at(T0 + 2)
+    h.tick_at(T0 + 3)
+    assert len(h.control.spawned) == 1
+    run = h.runs.show("run-000001")
+    assert [a["attempt"] for a in run["attempts"]] == [1]
+    request = h.store.get_request(seq)
+    assert request is not None
+    if meanwhile == "answered":
+        assert run["state"] == "interrupted"
+        assert (request.state, request.result) == ("refused", "host a is lost")
+    else:
+        assert run["state"] == "failed"
+        assert (request.state, request.result) == ("refused", "run is failed, not interrupted")
+
+
 def test_resume_marks_the_next_attempt_and_passes_the_resume_input(h: Harness) -> None:
     h.define_interruptible("a")
     h.tick_at(T0)
@@ -461,7 +533,7 @@ def test_drain_cancels_runs_left_after_drain_grace(
     h.tick_at(T0)
     _, handle = h.control.spec("run-000001")
 
-    def cancel(target: object) -> bool:
+    def cancel(target: object, reason: str | None = None) -> bool:
         h.control.cancelled.append(handle.pid)
         h.control.finish("run-000001", exit_code=None, outcome="cancelled", reason="cancelled")
         return True

@@ -19,6 +19,7 @@ explicitly (a commit is durable when it returns, never at exit).
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 
@@ -29,6 +30,26 @@ def main() -> None:
     from wfsched.cli.main import main as cli_main
 
     try:
-        cli_main()
+        try:
+            cli_main()
+        finally:
+            # Inside the try: output still buffered when the reader has left
+            # fails here, not in the interpreter's own flush at exit.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_left()
     finally:
         gc.freeze()
+
+
+def _reader_left() -> None:
+    """`wfsched runs | head -1`: the reader closed the pipe, as a reader may.
+
+    Not an error, so exit 0 with nothing on stderr (where a shell's
+    `set -o pipefail` would see a failure). As the Python docs advise for
+    SIGPIPE, stdout is pointed at /dev/null first, so the interpreter's flush
+    at exit does not fail on the closed pipe again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)

@@ -358,6 +358,9 @@ class Admin(Reads):
         else:
             cursor = max(int(self.clock()), row.consumed_through)
         zone = getattr(defn.trigger, "timezone", "UTC")
+        # A paused or blocked schedule's calendar goes on, but none of these
+        # instants runs unless `resume` comes first: each says so.
+        held = row.state if row.state in ("paused", "blocked") else None
         items: list[dict[str, Any]] = []
         for _ in range(count):
             try:
@@ -379,7 +382,14 @@ class Admin(Reads):
                 local, note = describe_local(
                     following, zone, cal if isinstance(cal, CronCalendar) else None
                 )
-            items.append({"scheduled_at": format_instant(following), "local": local, "note": note})
+            items.append(
+                {
+                    "scheduled_at": format_instant(following),
+                    "local": local,
+                    "note": note,
+                    "held": held,
+                }
+            )
             cursor = following
         return items
 

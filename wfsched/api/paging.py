@@ -33,3 +33,24 @@ def decode_cursor(cursor: str, *fields: str) -> dict[str, Any]:
             f"malformed cursor {cursor!r}; pass the next_cursor printed by the previous page"
         ) from None
     return key
+
+
+def decode_directed(cursor: str, forward: str, backward: str, *, reverse: bool) -> int | None:
+    """The key of a cursor of a listing that pages either way (`--reverse`).
+
+    A cursor names its direction by its field, so a cursor taken from a
+    `--reverse` page and passed without `--reverse` (or the other way round)
+    is refused, naming the fix, instead of silently paging the wrong way.
+    """
+    wanted, other = (backward, forward) if reverse else (forward, backward)
+    try:
+        return decode_cursor(cursor, wanted)[wanted]  # type: ignore[no-any-return]
+    except UsageError:
+        try:
+            decode_cursor(cursor, other)
+        except UsageError:
+            raise
+        raise UsageError(
+            f"cursor {cursor!r} is from a listing {'without' if reverse else 'with'} --reverse;"
+            f" {'drop' if reverse else 'add'} --reverse, with the previous page's other options"
+        ) from None

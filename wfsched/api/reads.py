@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from wfsched.api.paging import decode_cursor, encode_cursor
-from wfsched.api.views import occurrence_view, pending_view, rejection_view, schedule_view
+from wfsched.api.paging import decode_directed, encode_cursor
+from wfsched.api.views import (
+    last_run_view,
+    occurrence_view,
+    pending_view,
+    rejection_view,
+    schedule_view,
+)
 from wfsched.domain.timeutil import Clock, wall_clock
 from wfsched.errors import NotFoundError, UsageError
 from wfsched.store import ScheduleRow, Store
@@ -42,22 +48,29 @@ class Reads:
         with self.store.snapshot():
             rows = self.store.list_schedules(include_deleted)
             active = self.store.all_active_run_counts()
-            outcomes = self.store.last_outcomes([row.id for row in rows])
+            last_runs = self.store.last_runs([row.id for row in rows])
             rejected = {found.schedule_id: found for found in self.store.standing_rejections()}
         views = []
         for row in rows:
             view = schedule_view(row, active.get(row.id, 0))
-            view["last_outcome"] = outcomes.get(row.id)
+            last = last_runs.get(row.id)
+            view["last_outcome"] = last.state if last is not None else None
+            view["last_run"] = last_run_view(last)
             view["preflight_rejected"] = rejection_view(rejected.get(row.id))
             views.append(view)
         return views
 
     def occurrences(
-        self, schedule_id: str, limit: int = 20, cursor: str | None = None
+        self,
+        schedule_id: str,
+        limit: int = 20,
+        cursor: str | None = None,
+        *,
+        newest_first: bool = False,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """History oldest first, in the order it was recorded; a held
-        candidate is a `pending` row at the top of the first page (it counts
-        toward `limit`).
+        """History oldest first, in the order it was recorded (`newest_first`:
+        the other way round); a held candidate is a `pending` row at the top
+        of the first page either way (it counts toward `limit`).
 
         Record order, not instant order, is what makes pages stable: a row
         written late for an older instant comes after the rows written before
@@ -70,19 +83,20 @@ class Reads:
         with self.store.snapshot():
             row = self.row(schedule_id)
             if cursor is not None:
-                after = decode_cursor(cursor, "pos")["pos"]
+                after = decode_directed(cursor, "pos", "before", reverse=newest_first)
             elif row.candidate_at is not None and row.candidate_why is not None:
                 items.append(
                     pending_view(row.id, row.candidate_at, row.candidate_why, row.revision)
                 )
             room = limit - len(items)
             # With no room left, one row still tells whether a next page exists.
-            rows = self.store.page_occurrences(row.id, after, room + 1)
+            rows = self.store.page_occurrences(row.id, after, room + 1, newest_first=newest_first)
         items.extend(occurrence_view(occurrence) for occurrence in rows[:room])
+        key = "before" if newest_first else "pos"
         next_cursor = None
         if room == 0:
             if rows:
-                next_cursor = encode_cursor(pos=None)
+                next_cursor = encode_cursor(**{key: None})
         elif len(rows) > room:
-            next_cursor = encode_cursor(pos=rows[room - 1].ledger_pos)
+            next_cursor = encode_cursor(**{key: rows[room - 1].ledger_pos})
         return items, next_cursor

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wfsched.api.paging import decode_cursor, encode_cursor
+from wfsched.api.paging import decode_directed, encode_cursor
+from wfsched.api.run_hosts import host_row, resume_refusal, unreachable
 from wfsched.api.views import notification_view, run_view
-from wfsched.domain.timeutil import Clock, wall_clock
+from wfsched.domain.config import SupervisorConfig
+from wfsched.domain.timeutil import Clock, format_event, wall_clock
 from wfsched.errors import ConflictError, NotFoundError, OperationError, UsageError
 from wfsched.store import RequestRow, RunRow, Store, parse_run_id
 from wfsched.store.rundirs import NO_RESUME_INPUT, RunDir, log_truncation
@@ -25,13 +27,17 @@ TAIL_BYTES = 64 * 1024
 """How much of the end of a log `runs show` reads to find its last lines."""
 
 
-def check_list_arguments(*, status: str | None, limit: int, cursor: str | None) -> int | None:
+def check_list_arguments(
+    *, status: str | None, limit: int, cursor: str | None, oldest_first: bool = False
+) -> int | None:
     """Refuse bad listing arguments (exit 2), store or no store; the cursor's key."""
     if not 1 <= limit <= MAX_PAGE:
         raise UsageError(f"--limit must be between 1 and {MAX_PAGE}")
     if status is not None and status not in RUN_STATES:
         raise UsageError(f"--status must be one of {', '.join(RUN_STATES)}")
-    return decode_cursor(cursor, "before")["before"] if cursor else None
+    if not cursor:
+        return None
+    return decode_directed(cursor, "before", "after", reverse=oldest_first)
 
 
 @dataclass(frozen=True)
@@ -176,15 +182,39 @@ class Runs:
         status: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        before = check_list_arguments(status=status, limit=limit, cursor=cursor)
+        """Newest first (`oldest_first`: the other way round), one page."""
+        start = check_list_arguments(
+            status=status, limit=limit, cursor=cursor, oldest_first=oldest_first
+        )
         with self.store.snapshot():
             rows = self.store.list_runs(
-                schedule_id=schedule_id, state=status, before_seq=before, limit=limit + 1
+                schedule_id=schedule_id,
+                state=status,
+                before_seq=start,
+                limit=limit + 1,
+                oldest_first=oldest_first,
             )
             items = [run_view(row, self.store.attempts(row.seq)) for row in rows[:limit]]
-        next_cursor = encode_cursor(before=rows[limit - 1].seq) if len(rows) > limit else None
+        next_cursor = None
+        if len(rows) > limit:
+            key = "after" if oldest_first else "before"
+            next_cursor = encode_cursor(**{key: rows[limit - 1].seq})
         return items, next_cursor
+
+    def latest_started(self, schedule_id: str) -> RunRow | None:
+        """The schedule's newest run that has started an attempt (so has logs):
+        newer runs still waiting for a slot have none yet."""
+        before: int | None = None
+        while True:
+            rows = self.store.list_runs(schedule_id=schedule_id, before_seq=before, limit=20)
+            for row in rows:
+                if row.attempt:
+                    return row
+            if len(rows) < 20:
+                return None
+            before = rows[-1].seq
 
     def log_file(self, text: str, *, attempt: int | None = None, stderr: bool = False) -> Path:
         """The attempt's log; an admitted run has none, and we do not invent one."""
@@ -218,6 +248,7 @@ class Runs:
             run = self.run(text)
             if run.state != "interrupted":
                 raise ConflictError(f"{run.run_id} is {run.state}; only interrupted runs resume")
+            self.check_resume_host(run)
             payload = None if resume_input is NO_RESUME_INPUT else json.dumps(resume_input)
             return self.store.insert_request(
                 "resume", self.clock(), run_seq=run.seq, payload=payload
@@ -230,6 +261,47 @@ class Runs:
             if run.state in ("completed", "failed"):
                 return f"{run.run_id} had already finished ({run.state}); nothing to cancel"
             return self.store.insert_request("cancel", self.clock(), run_seq=run.seq)
+
+    def check_resume_host(self, run: RunRow) -> None:
+        """ConflictError (exit 4) naming the host while the run's host is lost:
+        a run resumes only on its own host, where its state directory is."""
+        refusal = resume_refusal(self.store, run, self._host_timeout())
+        if refusal is not None:
+            raise ConflictError(refusal)
+
+    def _host_timeout(self) -> float:
+        """The supervisors' host_timeout, as the leader announced it."""
+        text = self.store.get_meta("host_timeout")
+        try:
+            return float(text) if text else SupervisorConfig.host_timeout
+        except ValueError:
+            return SupervisorConfig.host_timeout
+
+    def waiting_note(self, request: RequestRow) -> str | None:
+        """What a pending cancel or resume waits for, in words: the progress
+        its host's agent noted (`cancelling on host a: ...`), or that agent
+        itself when the store has several hosts. None: nothing to add."""
+        if request.result:
+            return request.result
+        run = self.store.get_run(request.run_seq) if request.run_seq else None
+        if run is None or run.host is None or run.state not in ("running", "interrupted"):
+            return None
+        row = host_row(self.store, run.host)
+        if row is None:
+            return None
+        if row.stopped:
+            return (
+                f"it waits for host {run.host}'s agent: its supervisor stopped at"
+                f" {format_event(row.last_seen)}, and carries it out once it starts again"
+            )
+        timeout = self._host_timeout()
+        if unreachable(self.store, run.host, timeout) is not None:
+            return None  # the leader answers it (a lost host)
+        return (
+            f"it waits for host {run.host}'s agent (supervisor pid {row.pid}, last seen"
+            f" {format_event(row.last_seen)}), which carries it out; if that host stays"
+            f" silent past host_timeout ({timeout:g}s), the leader answers it instead"
+        )
 
     def supervisor_pid(self) -> int | None:
         return self.store.supervisor_pid()

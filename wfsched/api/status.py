@@ -5,11 +5,13 @@ Read-only. Whether a supervisor runs is answered by the kernel's lock table
 could make a supervisor that is starting at that moment fail. The meta keys
 the supervisor writes (`pid`, `started_at`, `last_tick_at`, `poll_interval`,
 `stamp_interval`, `max_concurrent_runs`, epoch floats as strings;
-`tick_errors`, JSON) only describe it.
+`tick_errors`, JSON; `draining:<host>`, JSON, while that host's supervisor
+drains) only describe it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -69,6 +71,7 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         lease = store.leader_lease()
         hosts = store.host_rows()
         host_timeout = _number(store.get_meta("host_timeout")) or DEFAULTS.host_timeout
+        drains = _drains(store.draining_hosts(), clock())
     started_at = _number(meta["started_at"])
     last_tick_at = _number(meta["last_tick_at"])
     poll_interval = _number(meta["poll_interval"]) or DEFAULTS.poll_interval
@@ -83,9 +86,18 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
         and seen is not None
         and clock() - seen > STALE_AFTER_STAMPS * stamp_interval
     )
+    if store.kind == "sqlite":
+        # One supervisor: the lock holder, draining if its own mark says so.
+        drain = next((item for item in drains.values() if item["pid"] == pid), None)
+    else:
+        # The leader never drains (it hands the lease over first); with no
+        # leader, a draining supervisor is what holds the store.
+        drain = None if lease is not None and lease.live else next(iter(drains.values()), None)
     return {
         "supervisor": {
             "running": running,
+            "state": None if not running else "draining" if drain else "supervising",
+            "draining": drain if running else None,
             "pid": pid,
             "started_at": format_event(started_at),
             "last_tick_at": format_event(last_tick_at),
@@ -123,16 +135,47 @@ def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
             for row in rejected
         ],
         "store": store.display,
-        **_cluster(store.kind, lease, hosts, host_timeout),
+        **_cluster(store.kind, lease, hosts, host_timeout, drains),
     }
 
 
+def _drains(marks: dict[str, str], now: float) -> dict[str, dict[str, Any]]:
+    """The drains under way, by host: a mark past its drain's deadline is
+    left from a supervisor that died draining, and no drain any more."""
+    found = {}
+    for host, text in marks.items():
+        try:
+            mark = json.loads(text)
+            pid, since, cancel_at, until = (
+                int(mark["pid"]),
+                float(mark["since"]),
+                float(mark["cancel_at"]),
+                float(mark["until"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            continue  # garbled: unknown, not fatal
+        if now <= until:
+            found[host] = {
+                "host": host,
+                "pid": pid,
+                "since": format_event(since),
+                "cancel_at": format_event(cancel_at),
+                "until": format_event(until),
+            }
+    return found
+
+
 def _cluster(
-    kind: str, lease: LeaseRow | None, hosts: list[HostRow], host_timeout: float
+    kind: str,
+    lease: LeaseRow | None,
+    hosts: list[HostRow],
+    host_timeout: float,
+    drains: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """Who leads and which hosts are there (a PostgreSQL store's supervisors).
 
     Times come from the database's clock. A host is `leader`, `standby`,
+    `draining` (its supervisor was told to stop and waits for its runs),
     `stopped` (its supervisor shut down cleanly) or `lost` (no heartbeat for
     `host_timeout`); a clock more than CLOCK_WARNING seconds off the
     database's is warned about (decisions stay right, but its log times and
@@ -149,7 +192,10 @@ def _cluster(
     listed = []
     warnings = []
     for row in hosts:
-        if row.stopped:
+        drain = drains.get(row.host)
+        if drain is not None and drain["pid"] == row.pid:
+            role = "draining"
+        elif row.stopped:
             role = "stopped"
         elif row.db_now - row.last_seen > host_timeout:
             role = "lost"
@@ -214,6 +260,8 @@ def status_without_store(display: str, kind: str = "sqlite") -> dict[str, Any]:
             "uptime": None,
             "stale": False,
             "fault": None,
+            "state": None,
+            "draining": None,
         },
         "executing": 0,
         "executing_manual": 0,
@@ -226,7 +274,7 @@ def status_without_store(display: str, kind: str = "sqlite") -> dict[str, Any]:
         "launcher": None,
         "preflight_rejected": [],
         "store": display,
-        **_cluster(kind, None, [], DEFAULTS.host_timeout),
+        **_cluster(kind, None, [], DEFAULTS.host_timeout, {}),
     }
 
 

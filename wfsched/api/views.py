@@ -254,6 +254,33 @@ def run_occurrence_id(row: RunRow) -> str | None:
     return None if row.is_manual else occurrence_id(row.schedule_id, row.scheduled_at)
 
 
+def run_outcome(row: RunRow) -> str:
+    """A run's state, except that a cancelled run reads `cancelled`.
+
+    A cancel (`runs cancel`, or a drain whose grace expired) stores the run
+    as `failed` with a reason starting `cancelled`; an operator who stopped
+    a run should not read that it failed.
+    """
+    reason = row.reason or ""
+    if row.state == "failed" and (reason == "cancelled" or reason.startswith("cancelled:")):
+        return "cancelled"
+    return row.state
+
+
+def last_run_view(row: RunRow | None) -> dict[str, Any] | None:
+    """The newest run of a schedule, as `list` shows it (null: never ran)."""
+    if row is None:
+        return None
+    return {
+        "run_id": row.run_id,
+        "kind": row.kind,
+        "state": row.state,
+        "outcome": run_outcome(row),
+        "started_at": format_event(row.started_at),
+        "finished_at": format_event(row.finished_at),
+    }
+
+
 def run_view(row: RunRow, attempts: list[AttemptRow]) -> dict[str, Any]:
     invocation = row.frozen
     return {

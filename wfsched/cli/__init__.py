@@ -61,14 +61,14 @@ class CliState:
             import os
             import sys
 
-            from rich.console import Console
+            from wfsched.cli.console import PipeConsole
 
             width = None
             if "COLUMNS" not in os.environ and not sys.stdout.isatty():
                 # Piped or redirected: do not fold tables at rich's 80-column
                 # default; tables only take the width they need.
                 width = PIPE_WIDTH
-            self.console = Console(highlight=False, soft_wrap=False, width=width)
+            self.console = PipeConsole(highlight=False, soft_wrap=False, width=width)
         return self.console
 
     def location(self) -> StoreLocation:

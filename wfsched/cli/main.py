@@ -31,7 +31,21 @@ def _error(message: str) -> None:
     click.echo(f"{PROG}: error: {printable(' '.join(str(message).split()))}", err=True)
 
 
+class _ReaderLeft(Exception):
+    """A write to stdout met a closed pipe (`BrokenPipeError` in `__cause__`).
+
+    click answers EPIPE itself with exit 1; carried past it as this, the
+    closed pipe reaches `wfsched.entry`, which answers it (exit 0, quiet).
+    """
+
+
 class WfschedGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _ReaderLeft() from exc
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -87,10 +101,9 @@ class WfschedGroup(click.Group):
             _error("aborted")
             # Ctrl-C is 128 + SIGINT, as a shell reports an interrupted command.
             return 130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1
-        except BrokenPipeError:
-            # `wfsched list | head`: the reader left; nothing more to say.
-            _silence_stdout()
-            return 1
+        except _ReaderLeft as exc:
+            # `wfsched list | head -1`: the entry point's to answer (`wfsched.entry`).
+            raise exc.__cause__ from None  # type: ignore[misc]
         except OSError as exc:
             # A full disk, a read-only store, EIO while writing a run's files:
             # said in words with the fix, exit 1 (the operation failed).
@@ -116,16 +129,6 @@ def _print_traceback() -> None:
     import traceback
 
     traceback.print_exc()
-
-
-def _silence_stdout() -> None:
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 @click.group(
@@ -164,7 +167,7 @@ COMMAND_MODULES = {
         "validate", "create", "apply", "get", "list", "update", "edit", "pause", "resume",
         "delete", "next", "occurrences", "status",
     ),
-    "wfsched.cli.runs": ("runs", "trigger"),
+    "wfsched.cli.runs": ("runs", "trigger", "logs"),
     "wfsched.cli.supervise": ("supervise",),
     "wfsched.cli.prune": ("prune",),
     "wfsched.cli.audit": ("audit",),

@@ -12,6 +12,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -19,8 +20,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, ConsoleOptions, JustifyMethod
     from rich.table import Table
+    from rich.text import Text
+
+WIDE_LIMIT = 10_000
+"""Wider than any table: the width columns are measured at (`--wide`)."""
 
 
 def print_json(obj: Any) -> None:
@@ -101,13 +106,18 @@ def still_blocked(schedule_id: str, reason: str) -> None:
     )
 
 
-def table(*columns: str, title: str | None = None) -> Table:
+def _plain_table(title: str | None) -> Table:
     from rich import box
     from rich.table import Table
 
-    grid = Table(
+    return Table(
         title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False
     )
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    """A field/value table (`get`, `status`, `runs show`); listings use `Listing`."""
+    grid = _plain_table(title)
     for name in columns:
         grid.add_column(name, overflow="fold")
     return grid
@@ -124,6 +134,106 @@ def show(console: Console, renderable: Any) -> None:
     console.print(renderable)
 
 
+@dataclass(frozen=True)
+class Column:
+    """One column of a listing that fits the terminal (`Listing`)."""
+
+    header: str
+    priority: int = 0
+    """0: always shown; when the table does not fit the console, the column
+    with the highest number goes first (`--wide` keeps them all)."""
+    wrap: bool = False
+    """Free text (a reason, a note) that may wrap between words. Every other
+    column keeps each line of a cell whole: ids, states and times are never
+    broken, they are dropped with their column instead."""
+    justify: JustifyMethod = "left"
+
+
+class Listing:
+    """A table that fits the console by dropping columns, never by breaking words.
+
+    rich shrinks an over-wide table by folding cells mid-word (`comple /
+    ted`, `run-00001 / 9`). A listing instead measures what each column needs
+    (the widest line of a kept-whole cell, the longest word of a wrapping
+    one), asks rich how wide the table of those columns must be, and drops
+    the lowest-priority column until it fits. The one wrapping column left
+    then gets the rest of the width, so it wraps between words.
+    """
+
+    def __init__(self, *columns: Column, title: str | None = None) -> None:
+        self.columns = columns
+        self.title = title
+        self.rows: list[tuple[Text, ...]] = []
+
+    def add_row(self, *cells: Any) -> None:
+        """Cells as plain text: a command like `["a", "[b]"]` is not rich markup.
+
+        A tuple is a cell of several lines (a summary row's first and last
+        instant): a line break is ours to make, never the cell text's.
+        """
+        from rich.text import Text
+
+        self.rows.append(
+            tuple(
+                Text("\n".join(printable(text(line)) for line in cell))
+                if isinstance(cell, tuple)
+                else Text(printable(text(cell)))
+                for cell in cells
+            )
+        )
+
+    def show(self, console: Console, *, wide: bool = False) -> None:
+        from rich.measure import Measurement
+
+        options = console.options.update_width(WIDE_LIMIT)
+        needs = [self._need(console, options, index) for index in range(len(self.columns))]
+        kept = list(range(len(self.columns)))
+        if wide:
+            grid = self._table(kept, needs, rows=True)
+            width = Measurement.get(console, options, grid).maximum
+            saved = console.width
+            console.width = max(saved, width)
+            try:
+                console.print(grid)
+            finally:
+                console.width = saved
+            return
+        while True:
+            droppable = [index for index in kept if self.columns[index].priority > 0]
+            probe = self._table(kept, needs, rows=False)
+            if not droppable or Measurement.get(console, options, probe).minimum <= console.width:
+                break
+            kept.remove(max(droppable, key=lambda index: (self.columns[index].priority, index)))
+        console.print(self._table(kept, needs, rows=True))
+
+    def _need(self, console: Console, options: ConsoleOptions, index: int) -> int:
+        from rich.measure import Measurement
+        from rich.text import Text
+
+        wrap = self.columns[index].wrap
+        cells = [Text(self.columns[index].header), *(row[index] for row in self.rows)]
+        measured = (Measurement.get(console, options, cell) for cell in cells)
+        return max(each.minimum if wrap else each.maximum for each in measured)
+
+    def _table(self, kept: list[int], needs: list[int], *, rows: bool) -> Table:
+        grid = _plain_table(self.title)
+        # Two spaces between columns, not three: a column more fits at 80.
+        grid.collapse_padding = True
+        for index in kept:
+            column = self.columns[index]
+            grid.add_column(
+                column.header,
+                justify=column.justify,
+                no_wrap=not column.wrap,
+                overflow="fold",
+                min_width=needs[index],
+            )
+        if rows:
+            for row in self.rows:
+                grid.add_row(*(row[index] for index in kept))
+        return grid
+
+
 def next_page(*words: str, options: dict[str, Any], cursor: str) -> None:
     """Print the command for the next page: the same query (every filter and
     the limit that were given, and `--store` when it was given on the
@@ -136,7 +246,9 @@ def next_page(*words: str, options: dict[str, Any], cursor: str) -> None:
         command += ["--store", str(root.params["store"])]
     command += words
     for name, value in options.items():
-        if value is not None:
+        if value is True:
+            command.append(name)
+        elif value is not None:
             command += [name, str(value)]
     command += ["--page", cursor]
     say(f"next page: {shlex.join(command)}")
@@ -235,3 +347,53 @@ def text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
+
+
+def event_text(event: str | None) -> str:
+    """An event time (admission, start) to the second for a table (JSON keeps milliseconds)."""
+    if event is None:
+        return "-"
+    return re.sub(r"\.\d+Z$", "Z", event)
+
+
+def _epoch(instant: str) -> float:
+    return datetime.fromisoformat(instant.replace("Z", "+00:00")).timestamp()
+
+
+def span_text(seconds: float) -> str:
+    """`3d 4h`, `2h 5m`, `4m 10s`, `12s`, `0.4s`: a span at a glance."""
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    shown = [f"{value}{unit}" for value, unit in parts if value][:2]
+    return " ".join(shown) or "0s"
+
+
+def left_text(instant: str | None, now: float) -> str:
+    """Time until `instant`, as `systemctl list-timers` shows LEFT; an
+    instant already passed (no supervisor took it yet) is `overdue 5m`."""
+    if instant is None:
+        return "-"
+    left = _epoch(instant) - now
+    if left < 0:
+        return f"overdue {span_text(int(-left))}"
+    return span_text(int(left))
+
+
+def passed_text(event: str | None, now: float) -> str:
+    """Time since `event`, as `systemctl list-timers` shows PASSED: `16m ago`."""
+    if event is None:
+        return "-"
+    return f"{span_text(int(max(0.0, now - _epoch(event))))} ago"
+
+
+def run_duration_text(started: str | None, finished: str | None, now: float) -> str:
+    """How long a run or attempt ran; one still running shows the time so far."""
+    if started is None:
+        return "-"
+    end = _epoch(finished) if finished is not None else now
+    return span_text(max(0.0, round(end - _epoch(started), 1)))

@@ -1,4 +1,4 @@
-"""Shared click parameter types.
+"""Shared click parameter types, and the listing options every listing spells alike.
 
 Durations are accepted in the same forms everywhere (definition, config file,
 command-line flags): seconds (`45`, or `0.5` where a fraction makes sense)
@@ -43,3 +43,18 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+wide_option = click.option(
+    "--wide",
+    is_flag=True,
+    help="Show every column, however wide the terminal (else the least needed columns"
+    " are left out until the table fits).",
+)
+
+reverse_option = click.option(
+    "--reverse",
+    is_flag=True,
+    help="The other order: newest first for occurrences, oldest first for runs"
+    " (the next page's command keeps it).",
+)

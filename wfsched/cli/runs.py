@@ -1,5 +1,5 @@
-"""`wfsched runs ...` and `wfsched trigger`: inspect runs and ask the
-supervisor to start, resume or cancel them."""
+"""`wfsched runs ...`, `wfsched logs` and `wfsched trigger`: inspect runs
+and their output, and ask the supervisor to start, resume or cancel them."""
 
 from __future__ import annotations
 
@@ -16,16 +16,22 @@ import click
 from wfsched.cli import CliState, pass_state, runs_dir_option
 from wfsched.cli.complete import run_argument, schedule_argument, schedule_ids
 from wfsched.cli.output import (
+    Column,
+    Listing,
     add_row,
     duration_text,
+    event_text,
     local_text,
     next_page,
     print_json,
+    run_duration_text,
     say,
     schedule_zone,
     show,
     table,
 )
+from wfsched.cli.params import reverse_option, wide_option
+from wfsched.domain.timeutil import format_event
 from wfsched.errors import NotFoundError, OperationError, UsageError
 
 if TYPE_CHECKING:
@@ -73,6 +79,8 @@ def _list_options(command: F) -> F:
             click.option(
                 "--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page."
             ),
+            reverse_option,
+            wide_option,
             click.option("--json", "as_json", is_flag=True, help="Print JSON."),
         )
     ):
@@ -89,6 +97,8 @@ def runs(
     status: str | None,
     limit: int,
     cursor: str | None,
+    reverse: bool,
+    wide: bool,
     as_json: bool,
 ) -> None:
     """Runs, newest first (`runs` alone lists them too)."""
@@ -99,6 +109,8 @@ def runs(
             status=status,
             limit=limit,
             cursor=cursor,
+            reverse=reverse,
+            wide=wide,
             as_json=as_json,
         )
 
@@ -112,22 +124,32 @@ def list_runs(
     status: str | None,
     limit: int,
     cursor: str | None,
+    reverse: bool,
+    wide: bool,
     as_json: bool,
 ) -> None:
-    """Runs, newest first.
+    """Runs, newest first (--reverse: oldest first).
 
-    "scheduled (local)" is in the schedule's own zone, never the operator's.
-    The line under the table gives the command for the next page.
+    STARTED is when its latest attempt's process started; DURATION how long
+    it ran (so far, while it runs). "SCHEDULED (LOCAL)" is in the schedule's
+    own zone, never the operator's. On a narrow terminal the columns needed
+    least are left out (first KIND, SCHEDULED (LOCAL), SCHEDULED (UTC));
+    --wide shows them all. The line under the table gives the command for
+    the next page.
     """
     from wfsched.api.run_ops import Runs, check_list_arguments
 
-    check_list_arguments(status=status, limit=limit, cursor=cursor)
+    check_list_arguments(status=status, limit=limit, cursor=cursor, oldest_first=reverse)
     store = state.read_store()
     items: list[dict[str, Any]] = []
     next_cursor = None
     if store is not None:
         items, next_cursor = Runs(store, clock=state.clock).list(
-            schedule_id=schedule_id, status=status, limit=limit, cursor=cursor
+            schedule_id=schedule_id,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+            oldest_first=reverse,
         )
     if as_json:
         print_json({"items": items, "next_cursor": next_cursor})
@@ -136,22 +158,33 @@ def list_runs(
         say(_no_runs_text(schedule_id, status, cursor))
         return
     zones = _Zones(state)
-    grid = table(
-        "run", "schedule", "kind", "state", "scheduled (UTC)", "scheduled (local)", "exit", "reason"
+    grid = Listing(
+        Column("RUN"),
+        Column("SCHEDULE"),
+        Column("KIND", priority=8),
+        Column("STATE"),
+        Column("SCHEDULED (UTC)", priority=6),
+        Column("SCHEDULED (LOCAL)", priority=7),
+        Column("STARTED (UTC)", priority=1),
+        Column("DURATION", priority=2, justify="right"),
+        Column("EXIT", priority=4, justify="right"),
+        Column("REASON", priority=3, wrap=True),
     )
+    now = state.clock()
     for item in items:
-        add_row(
-            grid,
+        grid.add_row(
             item["run_id"],
             item["schedule_id"],
             item["kind"],
             item["state"],
             item["scheduled_at"],
             local_text(item["scheduled_at"], zones.of(item["schedule_id"])),
+            event_text(item["started_at"]),
+            run_duration_text(item["started_at"], item["finished_at"], now),
             item["exit_code"],
             item["reason"],
         )
-    show(state.get_console(), grid)
+    grid.show(state.get_console(), wide=wide)
     if next_cursor:
         next_page(
             "runs",
@@ -159,6 +192,7 @@ def list_runs(
                 "--schedule": schedule_id,
                 "--status": status,
                 "--limit": limit if limit != DEFAULT_PAGE else None,
+                "--reverse": True if reverse else None,
             },
             cursor=next_cursor,
         )
@@ -174,10 +208,11 @@ def _no_runs_text(schedule_id: str | None, status: str | None, cursor: str | Non
 
 @runs.command("show")
 @run_argument()
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @runs_dir_option
 @pass_state
-def show_run(state: CliState, run: str, as_json: bool) -> None:
+def show_run(state: CliState, run: str, wide: bool, as_json: bool) -> None:
     """One run: its frozen invocation, attempts and reasons.
 
     From a host other than the one that executed the run, the stderr lines
@@ -187,7 +222,8 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
     if as_json:
         print_json(view)
         return
-    grid = table("field", "value", title=view["run_id"])
+    grid = table("FIELD", "VALUE", title=view["run_id"])
+    grid.show_header = False
     for key in ("schedule_id", "occurrence_id", "kind", "state", "reason", "exit_code"):
         add_row(grid, key, view[key])
     add_row(grid, "revision", view["revision"])
@@ -202,11 +238,27 @@ def show_run(state: CliState, run: str, as_json: bool) -> None:
     add_row(grid, "failure hook", _hooks_text(view))
     show(state.get_console(), grid)
     if view["attempts"]:
-        attempts = table("attempt", "state", "started", "finished", "exit", "reason")
-        columns = ("attempt", "state", "started_at", "finished_at", "exit_code", "reason")
+        attempts = Listing(
+            Column("ATTEMPT", justify="right"),
+            Column("STATE"),
+            Column("STARTED (UTC)", priority=1),
+            Column("DURATION", priority=2, justify="right"),
+            Column("FINISHED (UTC)", priority=5),
+            Column("EXIT", priority=4, justify="right"),
+            Column("REASON", priority=3, wrap=True),
+        )
+        now = state.clock()
         for attempt in view["attempts"]:
-            add_row(attempts, *(attempt[key] for key in columns))
-        show(state.get_console(), attempts)
+            attempts.add_row(
+                attempt["attempt"],
+                attempt["state"],
+                event_text(attempt["started_at"]),
+                run_duration_text(attempt["started_at"], attempt["finished_at"], now),
+                event_text(attempt["finished_at"]),
+                attempt["exit_code"],
+                attempt["reason"],
+            )
+        attempts.show(state.get_console(), wide=wide)
         for attempt in view["attempts"]:
             for stream, dropped in (attempt["output_truncated"] or {}).items():
                 say(
@@ -280,7 +332,13 @@ def logs(
     """
     if only_stdout and stderr:
         raise UsageError("--stdout and --stderr cannot be combined; give neither for both")
-    api = _runs(state, here=True)
+    _print_logs(_runs(state, here=True), run, only_stdout, stderr, attempt, follow)
+
+
+def _print_logs(
+    api: Runs, run: str, only_stdout: bool, stderr: bool, attempt: int | None, follow: bool
+) -> None:
+    """One attempt's output, as `runs logs` prints it (and `logs` reuses)."""
     place = api.log_place(run, attempt)
     if not place.here:
         _stored_logs(api, place, only_stdout, stderr, follow)
@@ -393,6 +451,85 @@ def _copy_log(api: Runs, run: str, attempt: int | None, path: Path, follow: bool
             time.sleep(0.2)
 
 
+FOLLOW_POLL = 0.5
+"""Seconds between looks for a schedule's next run (`logs --follow`)."""
+
+
+@click.command("logs")
+@schedule_argument()
+@click.option("--stdout", "only_stdout", is_flag=True, help="Show stdout only, unlabelled.")
+@click.option("--stderr", is_flag=True, help="Show stderr only, unlabelled.")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep following: each next run of the schedule, under a header line, until Ctrl-C.",
+)
+@runs_dir_option
+@pass_state
+def schedule_logs(
+    state: CliState, schedule_id: str, only_stdout: bool, stderr: bool, follow: bool
+) -> int | None:
+    """Print the logs of a schedule's latest run, as `runs logs` prints a run's.
+
+    The latest run is the newest one that has started (a run still waiting
+    for a slot has no output yet). --follow follows it, then each run of the
+    schedule that starts after it (a resumed run's new attempt too), like
+    `journalctl -f`: one line `==> RUN attempt N (KIND, started TIME) <==`
+    before each, then its output as `runs logs --follow` shows it (stdout
+    unless --stderr). It waits for the first run if there is none yet, and
+    ends on Ctrl-C with exit status 0.
+    """
+    if only_stdout and stderr:
+        raise UsageError("--stdout and --stderr cannot be combined; give neither for both")
+    state.reads().row(schedule_id)
+    api = _runs(state, here=True)
+    if not follow:
+        latest = api.latest_started(schedule_id)
+        if latest is None:
+            raise NotFoundError(
+                f"{schedule_id} has no run that started yet; `wfsched runs --schedule"
+                f" {schedule_id}` lists its runs, `wfsched logs --follow {schedule_id}` waits"
+            )
+        _print_logs(api, latest.run_id, only_stdout, stderr, None, False)
+        return None
+    try:
+        _follow_schedule(api, schedule_id, only_stdout, stderr)
+    except KeyboardInterrupt:
+        # Ctrl-C is how a follow ends, as with `journalctl -f`: not an error.
+        return 0
+    return None
+
+
+def _follow_schedule(api: Runs, schedule_id: str, only_stdout: bool, stderr: bool) -> None:
+    followed: tuple[int, int] | None = None
+    waiting_noted = False
+    while True:
+        latest = api.latest_started(schedule_id)
+        if latest is None or (latest.seq, latest.attempt) == followed:
+            if latest is None and not waiting_noted:
+                click.echo(f"wfsched: note: waiting for the first run of {schedule_id}", err=True)
+                waiting_noted = True
+            time.sleep(FOLLOW_POLL)
+            continue
+        followed = (latest.seq, latest.attempt)
+        started = latest.started_at if latest.started_at is not None else latest.admitted_at
+        say(
+            f"==> {latest.run_id} attempt {latest.attempt} ({latest.kind},"
+            f" started {event_text(format_event(started))}) <=="
+        )
+        place = api.log_place(latest.run_id, latest.attempt)
+        while not place.here and place.running:
+            # Its output reaches the store when the attempt ends elsewhere.
+            time.sleep(FOLLOW_POLL)
+            place = api.log_place(latest.run_id, latest.attempt)
+        try:
+            _print_logs(api, latest.run_id, only_stdout, stderr, latest.attempt, True)
+        except NotFoundError as exc:
+            # One run without output does not end the follow.
+            click.echo(f"wfsched: note: {exc}", err=True)
+
+
 @runs.command("resume")
 @run_argument()
 @click.option(
@@ -413,7 +550,13 @@ def resume(state: CliState, run: str, input_file: Any) -> None:
         except json.JSONDecodeError as exc:
             raise UsageError(f"--input {input_file.name}: not JSON: {exc}") from None
     api = _runs(state)
-    _report(api, api.request_resume(run, document), "resume")
+    _report(
+        api,
+        api.request_resume(run, document),
+        "resume",
+        # Refused because its host was lost by then: a conflict, as up front.
+        on_refusal=lambda: api.check_resume_host(api.run(run)),
+    )
 
 
 @runs.command("cancel")
@@ -455,7 +598,11 @@ class _Zones:
         return self._zones[schedule_id]
 
 
-def _report(api: Runs, request_seq: int, what: str) -> None:
+def _report(
+    api: Runs, request_seq: int, what: str, on_refusal: Callable[[], None] | None = None
+) -> None:
+    """The supervisor's answer, or what the request waits for. `on_refusal`
+    may raise a more precise error than the refusal's exit 1."""
     pid = api.supervisor_pid()
     if pid is None:
         say(
@@ -465,11 +612,17 @@ def _report(api: Runs, request_seq: int, what: str) -> None:
         return
     answer = api.wait(request_seq, ANSWER_WAIT)
     if answer.state == "pending":
-        say(
-            f"{what} request {request_seq} recorded; the supervisor (pid {pid})"
-            " has not answered yet"
-        )
+        note = api.waiting_note(answer)
+        if note is not None:
+            say(f"{what} request {request_seq} recorded; {note}")
+        else:
+            say(
+                f"{what} request {request_seq} recorded; the supervisor (pid {pid})"
+                " has not answered yet"
+            )
     elif answer.state == "refused":
+        if on_refusal is not None:
+            on_refusal()
         raise OperationError(f"{what} refused: {answer.result}")
     else:
         say(answer.result or "done")
@@ -478,3 +631,4 @@ def _report(api: Runs, request_seq: int, what: str) -> None:
 def register(group: click.Group) -> None:
     group.add_command(runs)
     group.add_command(trigger)
+    group.add_command(schedule_logs)

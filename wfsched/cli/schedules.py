@@ -19,6 +19,7 @@ import click
 
 from wfsched.cli import CliState, output, pass_state
 from wfsched.cli.complete import schedule_argument
+from wfsched.cli.params import reverse_option, wide_option
 from wfsched.errors import ConflictError, DefinitionError, WfschedError
 
 if TYPE_CHECKING:
@@ -336,13 +337,19 @@ def _show_schedule(state: CliState, view: dict[str, Any]) -> None:
 
 @click.command("list")
 @click.option("--all", "show_all", is_flag=True, help="Include deleted schedules.")
+@wide_option
 @_json_option
 @pass_state
-def list_(state: CliState, show_all: bool, as_json: bool) -> None:
-    """List schedules: state, next due, last outcome, active runs.
+def list_(state: CliState, show_all: bool, wide: bool, as_json: bool) -> None:
+    """List schedules: state, next due and the time LEFT until it, when the
+    LAST run started and its outcome, active runs.
 
     LOCAL is the schedule's own zone (its timezone, or the offset written in
-    a one-shot's `at`), never the operator's.
+    a one-shot's `at`), never the operator's. An outcome `cancelled` is a run
+    stopped by `runs cancel` or a drain; `(manual)` marks a `trigger`ed run.
+    PASSED is the time since the LAST run started. On a narrow terminal the
+    columns needed least are left out (first REV, ZONE, TRIGGER, LAST (UTC),
+    PASSED, then NEXT (LOCAL)); --wide shows them all.
     """
     store = state.read_store()
     items: list[dict[str, Any]] = []
@@ -354,40 +361,56 @@ def list_(state: CliState, show_all: bool, as_json: bool) -> None:
     if not items:
         output.say("no schedules")
         return
-    grid = output.table(
-        "ID",
-        "STATE",
-        "TRIGGER",
-        "ZONE",
-        "NEXT DUE (UTC)",
-        "NEXT DUE (LOCAL)",
-        "REV",
-        "LAST OUTCOME",
-        "ACTIVE",
+    Column = output.Column
+    grid = output.Listing(
+        Column("ID"),
+        Column("STATE"),
+        Column("TRIGGER", priority=9),
+        Column("ZONE", priority=10),
+        Column("NEXT (UTC)", priority=1),
+        Column("NEXT (LOCAL)", priority=6),
+        Column("LEFT", priority=3),
+        Column("LAST (UTC)", priority=8),
+        Column("PASSED", priority=7),
+        Column("LAST OUTCOME", priority=2),
+        Column("ACTIVE", priority=4, justify="right"),
+        Column("REV", priority=11, justify="right"),
     )
+    now = state.clock()
     for view in items:
         zone = output.schedule_zone(view)
-        output.add_row(
-            grid,
+        last = view["last_run"]
+        grid.add_row(
             view["id"],
-            f"{view['state']}, preflight-rejected"
+            (view["state"], "preflight-rejected")
             if view.get("preflight_rejected")
             else view["state"],
             output.trigger_text(view["trigger"]),
             output.zone_label(view),
             output.utc_text(view["next_due"]),
             output.local_text(view["next_due"], zone),
-            view["revision"],
-            view.get("last_outcome"),
+            output.left_text(view["next_due"], now),
+            output.event_text(last["started_at"]) if last else None,
+            output.passed_text(last["started_at"], now) if last else None,
+            _outcome_text(last),
             view["active_runs"],
+            view["revision"],
         )
-    output.show(state.get_console(), grid)
+    grid.show(state.get_console(), wide=wide)
     for view in items:
         if view["blocked_reason"]:
             output.say(f"blocked {view['id']}: {view['blocked_reason']}")
     for view in items:
         if view.get("preflight_rejected"):
             output.say(_rejection_line(view["id"], view["preflight_rejected"]))
+
+
+def _outcome_text(last: dict[str, Any] | None) -> str | None:
+    """`completed`, `cancelled (manual)`: the last run's outcome, and whether
+    it was a `trigger`ed run rather than a scheduled one."""
+    if last is None:
+        return None
+    return f"{last['outcome']} (manual)" if last["kind"] == "manual" else last["outcome"]
 
 
 def _rejection_line(schedule_id: str, rejection: dict[str, Any]) -> str:
@@ -549,12 +572,22 @@ _NOTES = {
 @click.option(
     "--after", metavar="TIME", help="Start after this RFC 3339 time (with offset) instead of now."
 )
+@wide_option
 @_json_option
 @pass_state
-def next_(state: CliState, schedule_id: str, count: int, after: str | None, as_json: bool) -> None:
+def next_(
+    state: CliState,
+    schedule_id: str,
+    count: int,
+    after: str | None,
+    wide: bool,
+    as_json: bool,
+) -> None:
     """Upcoming instants in UTC and local time, marking DST gaps and folds.
 
-    Local time is the schedule's own zone, never the operator's.
+    Local time is the schedule's own zone, never the operator's. The
+    instants of a paused (or blocked) schedule are marked `paused` (`blocked`):
+    none of them runs unless `wfsched resume` comes first.
     """
     items = state.admin().next(schedule_id, count=count, after=after)
     if as_json:
@@ -563,11 +596,20 @@ def next_(state: CliState, schedule_id: str, count: int, after: str | None, as_j
     if not items:
         output.say(f"{schedule_id} has no upcoming instant")
         return
-    grid = output.table("SCHEDULED (UTC)", "LOCAL", "NOTE")
+    grid = output.Listing(
+        output.Column("SCHEDULED (UTC)"),
+        output.Column("LOCAL", priority=1),
+        output.Column("NOTE", priority=2, wrap=True),
+    )
     for item in items:
-        note = item["note"]
-        output.add_row(grid, item["scheduled_at"], item["local"], _NOTES.get(note, note) or "")
-    output.show(state.get_console(), grid)
+        notes = [item["held"]] if item["held"] else []
+        if item["note"]:
+            notes.append(_NOTES.get(item["note"], item["note"]))
+        grid.add_row(item["scheduled_at"], item["local"], "; ".join(notes))
+    grid.show(state.get_console(), wide=wide)
+    held = items[0]["held"]
+    if held:
+        output.say(f"{held}: none of these runs unless `wfsched resume {schedule_id}` comes first")
 
 
 # --------------------------------------------------------------- occurrences
@@ -583,19 +625,29 @@ def next_(state: CliState, schedule_id: str, count: int, after: str | None, as_j
     help="Rows per page (1-100).",
 )
 @click.option("--page", "cursor", metavar="CURSOR", help="The next_cursor of the previous page.")
+@reverse_option
+@wide_option
 @_json_option
 @pass_state
 def occurrences(
-    state: CliState, schedule_id: str, limit: int, cursor: str | None, as_json: bool
+    state: CliState,
+    schedule_id: str,
+    limit: int,
+    cursor: str | None,
+    reverse: bool,
+    wide: bool,
+    as_json: bool,
 ) -> None:
     """A schedule's history, oldest first (in the order it was recorded),
-    one page at a time.
+    one page at a time; --reverse: newest first.
 
     A held candidate shows as a `pending` row at the top of the first page.
     LOCAL is the schedule's own zone, never the operator's. The line under
     the table gives the command for the next page.
     """
-    items, next_cursor = state.reads().occurrences(schedule_id, limit=limit, cursor=cursor)
+    items, next_cursor = state.reads().occurrences(
+        schedule_id, limit=limit, cursor=cursor, newest_first=reverse
+    )
     if as_json:
         output.print_json({"items": items, "next_cursor": next_cursor})
         return
@@ -603,34 +655,46 @@ def occurrences(
         output.say(f"no occurrences recorded for {schedule_id} yet")
     else:
         zone = output.schedule_zone(state.reads().get(schedule_id))
-        grid = output.table("SCHEDULED (UTC)", "LOCAL", "STATE", "REV", "RUN", "REASON")
+        Column = output.Column
+        grid = output.Listing(
+            Column("SCHEDULED (UTC)"),
+            Column("LOCAL", priority=4),
+            Column("STATE"),
+            Column("REV", priority=5, justify="right"),
+            Column("RUN", priority=1),
+            Column("REASON", priority=2, wrap=True),
+        )
         for item in items:
             scheduled, local, state_text = _occurrence_cells(item, zone)
-            output.add_row(
-                grid, scheduled, local, state_text, item["revision"], item["run_id"], item["reason"]
+            grid.add_row(
+                scheduled, local, state_text, item["revision"], item["run_id"], item["reason"]
             )
-        output.show(state.get_console(), grid)
+        grid.show(state.get_console(), wide=wide)
     if next_cursor is not None:
         output.next_page(
             "occurrences",
             schedule_id,
-            options={"--limit": limit if limit != DEFAULT_PAGE else None},
+            options={
+                "--limit": limit if limit != DEFAULT_PAGE else None,
+                "--reverse": True if reverse else None,
+            },
             cursor=next_cursor,
         )
 
 
-def _occurrence_cells(item: dict[str, Any], zone: Any) -> tuple[str, str, str]:
+def _occurrence_cells(item: dict[str, Any], zone: Any) -> tuple[Any, Any, Any]:
     if "count" not in item:
         return (
             item["scheduled_at"],
             output.local_text(item["scheduled_at"], zone),
             item["state"],
         )
+    # A summary row spans two lines rather than one too wide to fit.
     count = item["count"] if item["count"] is not None else "over 100"
     return (
-        f"{item['first']} .. {item['last']}",
-        f"{output.local_text(item['first'], zone)} .. {output.local_text(item['last'], zone)}",
-        f"{item['state']} ({count} instants)",
+        (f"{item['first']} ..", item["last"]),
+        (f"{output.local_text(item['first'], zone)} ..", output.local_text(item["last"], zone)),
+        (item["state"], f"({count} instants)"),
     )
 
 
@@ -667,6 +731,8 @@ def status(state: CliState, as_json: bool) -> None:
             alive += " - STALE: no tick for 3 poll intervals"
         if supervisor["fault"]:
             alive += f" - FAULT since {supervisor['fault']['since']}"
+        if supervisor["draining"]:
+            alive += " - DRAINING"
     else:
         alive = "not running; start one with `wfsched supervise`"
     due = info["next_due"]
@@ -678,6 +744,14 @@ def status(state: CliState, as_json: bool) -> None:
     if info["executing_manual"]:
         executing += f" (+{info['executing_manual']} manual, outside capacity)"
     output.add_row(grid, "executing", executing)
+    drain = supervisor["draining"]
+    if drain:
+        output.add_row(
+            grid,
+            "draining",
+            f"since {drain['since']}; what still runs is cancelled at {drain['cancel_at']};"
+            f" done by {drain['until']} at the latest",
+        )
     if info["waiting_for_unblock"]:
         output.add_row(
             grid,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wfsched.api.preflight import preflight
+from wfsched.api.run_hosts import resume_refusal, unreachable
 from wfsched.api.views import DefinitionCache, record_entries, run_occurrence_id
 from wfsched.daemon.eventlog import EventLog
 from wfsched.daemon.hooks import FailureHooks, RunFacts
@@ -45,7 +46,14 @@ from wfsched.domain.timeutil import (
     occurrence_id,
     wall_clock,
 )
-from wfsched.errors import ConflictError, LeaseLost, StoreUnavailable, UsageError, WfschedError
+from wfsched.errors import (
+    ConflictError,
+    LeaseLost,
+    OperationError,
+    StoreUnavailable,
+    UsageError,
+    WfschedError,
+)
 from wfsched.faults import FaultHook, no_fault
 from wfsched.process.launcher import (
     AlreadyLaunched,
@@ -92,6 +100,13 @@ HOST_LOST = HOST_LOST_PREFIX + (
     "{host} has sent no heartbeat since {since} (host_timeout {timeout:g}s);"
     " its command may have started, so external effects may already have happened. Not retried"
 )
+CANCEL_UNREACHED = "could not be reached to cancel it"
+"""In the reason of a run failed because its cancel could not reach its host:
+that host's agent, back, terminates what is left of it (`_watch_abandoned`)."""
+CANCEL_HOST_LOST = HOST_LOST_PREFIX + (
+    "{host} " + CANCEL_UNREACHED + " ({why}); its process may still run there, so external"
+    " effects may still happen. Not retried"
+)
 LATE_EXIT_MARK = "; its host reported later"
 LATE_EXIT = LATE_EXIT_MARK + " that it {outcome} at {at}"
 HOSTS_INTERVAL = 5.0
@@ -126,6 +141,9 @@ _DURING_FAULTS = ("watch", "metrics")
 """The phases that run through a store fault episode: taking the launcher's
 exit reports (no store write) and the metrics refresh (reads only; it keeps
 its last values when reads fail)."""
+_DISK_FAULTS = ("disk-full", "read-only", "io-error")
+"""Faults of a disk: a spawn the keeper refused for one of these started
+nothing and waits for the episode's end (`_spawn`)."""
 WARM_AHEAD = 60.0
 WARM_LIMIT = 10_000
 """Within WARM_AHEAD seconds of a due instant, up to WARM_LIMIT schedules due
@@ -141,9 +159,18 @@ logged) after this many ticks, so one broken definition cannot loop."""
 LAUNCHER_BACKOFF_FIRST = 0.1
 LAUNCHER_BACKOFF_MAX = 5.0
 """Seconds between attempts to start a replacement launcher (doubling)."""
+NOT_LAUNCHED_AT_DRAIN = "not started: no launcher was up before the supervisor shut down"
+KILL_SLACK = 5.0
+"""Seconds past a cancelled run's kill_grace for its keeper to reap the
+group and write the exit record, before a drain stops waiting for it."""
+DRAIN_PROGRESS_INTERVAL = 10.0
+"""Seconds between a drain's progress lines while nothing changes."""
 NEVER_STARTED = (
     "not started: its run keeper died before starting the command; the command never ran"
 )
+DISK_REFUSED = "not started: the store's disk refused its launch until the supervisor shut down"
+"""The reason of an attempt whose spawn waited for a disk fault to pass
+when the supervisor was stopped (`_spawn`, `drain`)."""
 REQUEST_TRIES = 5
 RECORD_READ_TRIES = 3
 """Reads of one attempt's records failing with an I/O error (each a fault
@@ -205,6 +232,9 @@ class Watch:
     handle: ShimHandle | None
     adopted: bool
     cancel_reason: str | None = None
+    cancel_request: int | None = None
+    """The cancel request this process carried out for the attempt: answered
+    in the transaction that records the attempt's end."""
     spec: LaunchSpec | None = None
     ending: tuple[str, str | None] | None = None
     kill_at: float | None = None
@@ -218,6 +248,10 @@ class Watch:
     lost_launches: int = 0
     read_faults: int = 0
     """Reads of its records that failed with a resource error (EIO...)."""
+    kill_grace: int = 0
+    """Its frozen invocation's kill_grace, known from the launch or the run
+    row it was adopted from: terminating it (a drain's cancel, an ending
+    without a record) needs no store read, so a store fault cannot stop it."""
 
 
 class _Unheld(Exception):
@@ -399,6 +433,10 @@ class Supervisor:
         request was answered (`_say`), not between its commit and the spawn."""
         self.draining = False
         self.stop_requested = False
+        self.stop_signals = 0
+        """Stop signals received; a second one during the drain cancels at once."""
+        self.unrecorded: list[int] = []
+        """Runs whose ends the drain could not record by its deadline."""
         self.wake_now = False
         self.leadership = leadership or Leadership(None, config.lease, config.lease_renew)
         """Who leads (`wfsched.daemon.leadership`); without a lease (SQLite, or a
@@ -439,6 +477,8 @@ class Supervisor:
         finds the lease held starts leading."""
         if not self.leadership.fenced:
             self.announce()
+        # A drain this host's last supervisor did not finish is over.
+        self.store.set_draining(self.config.host, None)
         self.observer.started(self.store)
         if self.leadership.fenced:
             self.observer.leadership(False, None)
@@ -597,7 +637,9 @@ class Supervisor:
         self.notifier.send("STATUS=standby")
 
     def request_stop(self, *_: Any) -> None:
-        """Signal handler: only sets the flag; the loop does the work."""
+        """Signal handler: only sets the flag and counts (a second signal
+        cuts a drain short); the loop does the work."""
+        self.stop_signals += 1
         self.stop_requested = True
 
     def _wait(self, timeout: float) -> None:
@@ -606,7 +648,9 @@ class Supervisor:
             self.wake_now = True
 
     def _stopping(self) -> bool:
-        return self.stop_requested
+        """What ends a sleep early: a stop signal; during the drain, which
+        sleeps while runs end, only a second one."""
+        return self._hurried() if self.draining else self.stop_requested
 
     def _sleep_seconds(self) -> tuple[float, bool]:
         """Until the next due instant, capped by the poll interval; and
@@ -782,8 +826,7 @@ class Supervisor:
         self._environ = None
         self._preflights = {}
         self._phase("ingestion", self.ingest_exits)
-        if self.leading:
-            self._phase("requests", self.handle_requests)
+        self._phase("requests", self.handle_requests)
         if not self.draining:
             self._phase("launch", self._launch_phase)
             if self._may_lead():
@@ -1546,6 +1589,10 @@ class Supervisor:
         self.fault("after-run-dir" if attempt == 1 else "before-resume-mark")
         started = self.clock()
         with self.store.atomic():
+            if answer is not None and not self._resume_owed(
+                answer, prepared[0][0], attempt, started
+            ):
+                return
             # The previous attempt's reason and exit code stay on its attempt
             # row; the run reports none while this one runs.
             self.store.mark_attempts(
@@ -1553,15 +1600,25 @@ class Supervisor:
             )
             for run, *_ in prepared:
                 # The host that launches it (a new leader launches what the
-                # old one admitted): its agent from now on.
+                # old one admitted; a resume stays on its own host): its
+                # agent from now on.
                 self.store.update_run(run.seq, host=self.config.host)
-            for run, *_ in prepared:
-                if answer is not None:
-                    self.store.finish_request(
-                        answer.seq, "done", f"{run.run_id} attempt {attempt}", started
-                    )
         points = ("after-resume-mark",) if attempt > 1 else ("after-attempt-mark",)
         self._start_marked(prepared, attempt, resume_input, points, failure)
+
+    def _resume_owed(self, request: RequestRow, run: RunRow, attempt: int, now: float) -> bool:
+        """Inside the resume's mark transaction: answer `request` (done) if the
+        run is still interrupted at the attempt before this one and the request
+        still pending; False, with nothing written, if the leader or a cancel
+        got there first. The store serializes writers, so this read and the
+        mark cannot interleave with another host's: fenced by run and attempt,
+        never by leadership."""
+        current = self.store.get_run(run.seq)
+        if current is None or current.state != "interrupted" or current.attempt != attempt - 1:
+            return False
+        return self.store.finish_request(
+            request.seq, "done", f"{run.run_id} attempt {attempt}", now
+        )
 
     def _prepare(
         self, run: RunRow, invocation: Invocation, attempt: int, resume_input: Any
@@ -1650,8 +1707,16 @@ class Supervisor:
         try:
             self._focus = {"runs": ",".join(run.run_id for run, *_ in prepared)}
             watches = [
-                Watch(run.seq, run.schedule_id, attempt, records, None, False)
-                for run, _, _, records in prepared
+                Watch(
+                    run.seq,
+                    run.schedule_id,
+                    attempt,
+                    records,
+                    None,
+                    False,
+                    kill_grace=invocation.kill_grace,
+                )
+                for run, invocation, _, records in prepared
             ]
             try:
                 for point in points:
@@ -1872,6 +1937,18 @@ class Supervisor:
             self.wake_now = True
             return None
         except OSError as exc:
+            fault = classify(exc, self.store.root)
+            if fault is not None and fault.kind in _DISK_FAULTS:
+                # The keeper could not write the attempt's launch lock or
+                # started record (a full or failing disk) and started
+                # nothing: the attempt waits, marked and holding its slot,
+                # and is spawned once the episode ends, like one marked
+                # while no launcher was up. Failed here, it would need the
+                # same full disk to record that.
+                self._fault("launch", exc)
+                watch.spec = spec
+                watch.never_started = DISK_REFUSED
+                return None
             # A fork or descriptor limit opens an episode that holds later
             # launches (first: recording this run may fail in the same fault).
             self._fault("launch", exc)
@@ -2169,8 +2246,7 @@ class Supervisor:
         if watch.kill_at is None:
             if not self.control.signal_session(watch.handle, signal.SIGTERM):
                 return True
-            run = self.store.get_run(watch.run_seq)
-            grace = run.frozen.kill_grace if run is not None else 0
+            grace = watch.kill_grace
             watch.kill_at = now + grace
             self.log("terminating", run=run_id(watch.run_seq), session=sid, grace=grace)
             return False
@@ -2208,6 +2284,10 @@ class Supervisor:
                     self._disclose_late_exit(run, record)
             if ends:
                 self.store.end_attempts(ends)
+            for watch, run, end in ended:
+                if watch.cancel_request is not None:
+                    answer = _cancel_answer(run, watch, end)
+                    self.store.finish_request(watch.cancel_request, "done", answer, end.finished_at)
         for watch, *_ in endings:
             self._unwatch(watch.run_seq)
         self.wake_now = True
@@ -2363,8 +2443,17 @@ class Supervisor:
     def handle_requests(self) -> None:
         """Each pending request on its own, oldest first: one that fails is a
         contained `requests` error and is retried next tick, while the others
-        are still answered (a cancel must not wait behind a broken resume)."""
-        pending = self.store.pending_requests()
+        are still answered (a cancel must not wait behind a broken resume).
+
+        Requests for a run go to its host: the leader reads every request,
+        a standby only the cancels and resumes of its own host's runs, which
+        it carries out as their agent (`_cancel`, `_resume`)."""
+        if self.leading:
+            pending = self.store.pending_requests()
+        elif self.leadership.fenced:
+            pending = self.store.pending_run_requests(self.config.host)
+        else:
+            return
         waiting = {request.seq for request in pending}
         self._request_tries = {
             seq: tries for seq, tries in self._request_tries.items() if seq in waiting
@@ -2429,45 +2518,135 @@ class Supervisor:
         self._phase("launch", self.launch, [seq])
 
     def _resume(self, request: RequestRow) -> None:
+        """The next attempt starts on the run's own host, where its state
+        directory is, through that host's agent (this supervisor, leader or
+        standby, when the run is this host's). The leader refuses what no
+        agent can do: a run that is not interrupted, or whose host is lost."""
         run = self.store.get_run(request.run_seq or 0)
         if run is None or run.state != "interrupted":
-            state = run.state if run else "missing"
-            self._answer(request, "refused", f"run is {state}, not interrupted")
+            if self.leading:
+                state = run.state if run else "missing"
+                self._answer(request, "refused", f"run is {state}, not interrupted")
             return
+        if not self._runs_here(run):
+            refusal = self._resume_refusal(run) if self.leading else None
+            if refusal is not None:
+                self._answer(request, "refused", refusal)
+            return  # its host's agent starts it
         if self.draining:
             self._answer(request, "refused", "the supervisor is shutting down; resume later")
             return
-        executing = self.store.executing_count()
+        # The attempt takes a slot on this host, the one it runs on.
+        on_host = self.config.host if self.leadership.fenced else None
+        executing = self.store.executing_count(on_host)
         if executing >= self.config.max_concurrent_runs:
+            where = f" on host {on_host}" if on_host else ""
             self._answer(
                 request,
                 "refused",
-                f"no execution slot free ({executing}/{self.config.max_concurrent_runs}"
+                f"no execution slot free{where} ({executing}/{self.config.max_concurrent_runs}"
                 " executing); try again when a run finishes",
             )
             return
+        if self._launch_held():
+            return  # pending until a launcher is up and no fault holds launches
         payload = json.loads(request.payload) if request.payload is not None else NO_RESUME_INPUT
-        self.launch([run.seq], attempt=run.attempt + 1, resume_input=payload, answer=request)
+        self._launch_runs([run], run.attempt + 1, payload, request)
+
+    def _resume_refusal(self, run: RunRow) -> str | None:
+        """Why no agent can resume `run` now: its host is lost. (A host
+        draining would refuse here too.)"""
+        return resume_refusal(self.store, run, self.config.host_timeout)
 
     def _cancel(self, request: RequestRow) -> None:
+        """A running run is cancelled by its host's agent: the process group
+        is terminated there, and the run is recorded cancelled once it ended
+        (`_cancel_here`). The leader answers the rest: a run that already
+        finished, one that never started (admitted) or is interrupted (no
+        process), and a run whose host is lost, recorded failed at once since
+        nobody can stop its process (`_cancel_unreached`)."""
         run = self.store.get_run(request.run_seq or 0)
         if run is None:
-            self._answer(request, "refused", "no such run")
+            if self.leading:
+                self._answer(request, "refused", "no such run")
             return
         if run.state in ("completed", "failed"):
-            self._answer(request, "done", f"{run.run_id} had already finished ({run.state})")
+            self._answer(request, "done", _finished_answer(run))
             return
+        if run.state == "running" and self._runs_here(run):
+            self._cancel_here(request, run)
+            return
+        if not self.leading:
+            return
+        if run.state == "running":
+            why = unreachable(self.store, run.host, self.config.host_timeout)
+            if why is not None:
+                self._cancel_unreached(request, run, why)
+            return  # otherwise its host's agent carries it out
+        self._cancel_unstarted(request, run)
+
+    def _cancel_here(self, request: RequestRow, run: RunRow) -> None:
+        """As the run's host's agent: terminate its process group (the keeper
+        sends SIGTERM, then SIGKILL after kill_grace) and keep the request
+        pending, with a note of what was done, until the attempt's end is
+        recorded with its answer (`_conclude_all`). After a restart of this
+        supervisor the request is still pending and the re-adopted attempt
+        is cancelled again (harmless if it is already dying)."""
         watch = self.watches.get(run.seq)
-        if run.state == "running" and watch is not None and watch.spec is None:
-            # A shim whose pid is not known yet gets the cancel when it is.
-            watch.cancel_reason = "cancelled"
-            if watch.handle is not None:
-                self.control.cancel(watch.handle)
-            self._answer(request, "done", f"{run.run_id} cancelling")
+        if watch is None or watch.attempt != run.attempt or watch.cancel_request == request.seq:
+            return  # not watched yet (recovery watches it), or already carried out
+        if watch.spec is not None:
+            # Marked, but waiting for a launcher: nothing was started.
+            self._unwatch(run.seq)
+            self._cancel_unstarted(request, run)
             return
-        self._unwatch(run.seq)  # a marked attempt still waiting for a launcher
+        if watch.handle is not None:
+            # A shim whose pid is not known yet gets the cancel when it is (`_look`).
+            self.control.cancel(watch.handle)
+        watch.cancel_reason = watch.cancel_reason or "cancelled"
+        watch.cancel_request = request.seq
+        grace = run.frozen.kill_grace
+        with self.store.atomic():
+            self.store.note_request(
+                request.seq,
+                f"{run.run_id} cancelling on host {self.config.host}: SIGTERM sent to its"
+                f" process group, SIGKILL after kill_grace ({grace:g}s) if it is still running",
+            )
+        self.log("cancelling", run=run.run_id, request=request.seq, grace=grace)
+
+    def _cancel_unreached(self, request: RequestRow, run: RunRow, why: str) -> None:
+        """The run's host is lost: nobody can terminate its process, so the run
+        is failed at once (never recorded cancelled while it may run on),
+        saying so; its host's agent, back, terminates what is left and
+        discloses how it ended (`_watch_abandoned`)."""
+        host = run.host or "?"
+        reason = CANCEL_HOST_LOST.format(host=host, why=why)
         now = self.clock()
         with self.store.atomic():
+            current = self.store.get_run(run.seq)
+            if current is None or current.state != "running" or current.attempt != run.attempt:
+                return  # it ended meanwhile: the next tick answers from what is recorded
+            self._mark_failed(run.seq, run.attempt or None, reason, now)
+            self.store.finish_request(
+                request.seq,
+                "done",
+                f"{run.run_id} failed: its host {host} could not be reached ({why});"
+                " its process may still run there",
+                now,
+            )
+        self.observer.run_ended(run.seq)
+        self.log("failed", run=run.run_id, schedule=run.schedule_id, reason=reason)
+        self._notices.append(Notice(run, run.attempt, reason, None))
+
+    def _cancel_unstarted(self, request: RequestRow, run: RunRow) -> None:
+        """A run with no process (admitted, interrupted, or marked while no
+        launcher was up) is recorded cancelled, if it is still in the state
+        it was read in: a resume that started it meanwhile wins."""
+        now = self.clock()
+        with self.store.atomic():
+            current = self.store.get_run(run.seq)
+            if current is None or (current.state, current.attempt) != (run.state, run.attempt):
+                return  # changed meanwhile: the next tick looks again
             self._mark_failed(run.seq, run.attempt or None, "cancelled", now)
             self.store.finish_request(request.seq, "done", f"{run.run_id} cancelled", now)
         self.observer.run_ended(run.seq)
@@ -2517,7 +2696,15 @@ class Supervisor:
             # Launched by a version that kept records in the attempt directory
             # (every launch now creates its record directory before marking).
             directory = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
-        watch = Watch(run.seq, run.schedule_id, run.attempt, str(directory), handle, True)
+        watch = Watch(
+            run.seq,
+            run.schedule_id,
+            run.attempt,
+            str(directory),
+            handle,
+            True,
+            kill_grace=_frozen_kill_grace(run),
+        )
         self._watch(watch)
         ending = self._examine_at_recovery(watch)
         if ending is None:
@@ -2559,17 +2746,43 @@ class Supervisor:
         directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
         if not directory.exists():
             return
-        watch = Watch(run.seq, run.schedule_id, run.attempt, str(directory), handle, True)
+        watch = Watch(
+            run.seq,
+            run.schedule_id,
+            run.attempt,
+            str(directory),
+            handle,
+            True,
+            kill_grace=_frozen_kill_grace(run),
+        )
+        if CANCEL_UNREACHED in (run.reason or ""):
+            # An operator cancelled it while this host was lost: carried out now.
+            watch.cancel_reason = "cancelled"
         self._watch(watch)
         ending = self._examine_at_recovery(watch)
         if ending is None:
+            if watch.cancel_reason is not None and watch.handle is not None:
+                self.control.cancel(watch.handle)
+                self.log("cancelling", run=run.run_id, reason="cancelled while its host was lost")
             return  # still running: its exit is disclosed when it comes
         record, failure, _ = ending
         self._conclude(watch, record, failure)
 
     def drain(self) -> None:
         """Stop admitting, let executing runs finish within drain_grace, then
-        cancel what is left and record it."""
+        cancel what is left and record it; a second stop signal cancels at
+        once. Everything it writes goes through the phases' fault handling,
+        as the loop's writes do: a store fault during the drain is an
+        episode, and the drain keeps the ends it could not record (in the
+        exit records on disk, the cancel reason in them too) and retries
+        until they are recorded or its deadline passes.
+
+        Its deadline (docs/operations.md, "Stopping"): drain_grace, then the
+        longest kill_grace of the cancelled runs plus KILL_SLACK, then,
+        while a store fault episode is open, drain_record_window more. What
+        is still unrecorded then is logged run by run (`drain-left`) and
+        named by `unrecorded` for the exit status; the next start records
+        it from its exit record (re-adopted, never failed as abandoned)."""
         self.draining = True
         if self.leadership.fenced:
             # The lease goes first (a standby leads within a second); this
@@ -2578,45 +2791,137 @@ class Supervisor:
                 self._step_down("shutting down")
             self.leadership.stop(release=True)
         self.notifier.send("STOPPING=1", "STATUS=draining")
-        self.log("draining", executing=len(self.watches))
-        waiting = [watch for watch in self.watches.values() if watch.spec is not None]
-        if waiting:
-            reason = "not started: no launcher was up before the supervisor shut down"
-            self._conclude_all([(watch, None, reason) for watch in waiting])
-        self._wait_for_watches(self.config.drain_grace)
+        grace = self.config.drain_grace
+        started = time.monotonic()
+        longest = max((watch.kill_grace for watch in self.watches.values()), default=0)
+        gives_up = grace + longest + KILL_SLACK + self.config.drain_record_window
+        self._phase("liveness", self._mark_draining, grace, gives_up)
+        self.log("draining", executing=len(self.watches), grace=f"{grace:g}s")
+        for watch in self.watches.values():
+            if watch.spec is not None:
+                # Settled as a lost launch that started nothing, by the
+                # ingestion below once the store takes writes (the disk that
+                # refused its launch may still be full).
+                watch.spec = None
+                watch.adopted = watch.lost_launch = True
+                if watch.never_started == NEVER_STARTED:
+                    watch.never_started = NOT_LAUNCHED_AT_DRAIN
+        hurried = self._drain_wait(started + grace, None, hurry=True)
         if self.watches:
-            longest_grace = 0
-            for watch in self.watches.values():
-                watch.cancel_reason = (
-                    f"cancelled: the supervisor shut down and drain_grace"
-                    f" ({self.config.drain_grace:g}s) expired"
-                )
-                if watch.handle is not None:
-                    self.control.cancel(watch.handle)
-                run = self.store.get_run(watch.run_seq)
-                if run is not None:
-                    longest_grace = max(longest_grace, run.frozen.kill_grace)
-            self._wait_for_watches(longest_grace + 5)
-        self.log("drained", left=len(self.watches))
+            longest = self._cancel_for_drain(hurried)
+            cancelled = time.monotonic() + longest + KILL_SLACK
+            self._drain_wait(cancelled, cancelled + self.config.drain_record_window, hurry=False)
+        self.unrecorded = sorted(self.watches)
+        for seq in self.unrecorded:
+            watch = self.watches[seq]
+            ended = seq in self._reaped or watch.ending is not None
+            self.log(
+                "drain-left",
+                run=run_id(seq),
+                schedule=watch.schedule_id,
+                state="ended" if ended else "terminating",
+                reason=watch.cancel_reason,
+            )
+        if not self.unrecorded:
+            self._phase("liveness", self.store.set_draining, self.config.host, None)
+        self.log("drained", left=len(self.unrecorded))
 
-    def _wait_for_watches(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
+    def _mark_draining(self, grace: float, gives_up: float) -> None:
+        """What `status` shows while this host drains: since when, when what
+        still runs is cancelled, when the drain gives up at the latest."""
+        now = self.clock()
+        state = {
+            "pid": os.getpid(),
+            "since": now,
+            "cancel_at": now + grace,
+            "until": now + gives_up,
+        }
+        self.store.set_draining(self.config.host, json.dumps(state))
+
+    def _cancel_for_drain(self, hurried: bool) -> int:
+        """Cancel every run still executing (the keeper terminates each
+        group: SIGTERM, its kill_grace, SIGKILL; no store needed); the
+        longest kill_grace among them."""
+        if hurried:
+            reason = "cancelled: the supervisor shut down and a second stop signal ended the drain"
+            why = "a second stop signal"
+        else:
+            reason = (
+                f"cancelled: the supervisor shut down and drain_grace"
+                f" ({self.config.drain_grace:g}s) expired"
+            )
+            why = f"drain_grace ({self.config.drain_grace:g}s) expired"
+        longest = 0
+        running = [watch for seq, watch in self.watches.items() if not self._ended(seq)]
+        self.log("drain-cancel", runs=len(running), why=why)
+        for watch in self.watches.values():
+            watch.cancel_reason = reason
+            longest = max(longest, watch.kill_grace)
+            if watch.handle is not None:
+                self.control.cancel(watch.handle, reason)
+        return longest
+
+    def _ended(self, seq: int) -> bool:
+        """Whether a watched run is known to have ended (recorded or not)."""
+        return seq in self._reaped or self.watches[seq].ending is not None
+
+    def _drain_wait(self, until: float, record_until: float | None, *, hurry: bool) -> bool:
+        """Watch and record the runs until none is left or `until` passes
+        (monotonic); while a store fault episode is open, until
+        `record_until` instead (the ends known, not yet recorded). A progress
+        line whenever a run ends and every DRAIN_PROGRESS_INTERVAL. With
+        `hurry`, a second stop signal ends the wait: True then."""
+        told = (-1, -1)
+        next_progress = 0.0
         while self.watches:
+            if hurry and self._hurried():
+                return True
             if self._store_usable():
                 self._phase("ingestion", self.ingest_exits)
-                if self.leading:
-                    self._phase("requests", self.handle_requests)
+                self._phase("requests", self.handle_requests)
                 self._phase("notification", self.notify_failures)
             else:
                 self._phase("watch", self._collect_reaped)
             self._phase("metrics", self.observer.ticked, None)
-            remaining = deadline - time.monotonic()
-            if not self.watches or remaining <= 0:
-                return
+            now = time.monotonic()
+            episode = self.errors.episode
+            end = until
+            if record_until is not None and episode is not None and episode.holds_store:
+                end = record_until
+            if not self.watches or now >= end:
+                return False
+            ended = sum(1 for seq in self.watches if self._ended(seq))
+            counts = (len(self.watches) - ended, ended)
+            if counts != told or now >= next_progress:
+                told, next_progress = counts, now + DRAIN_PROGRESS_INTERVAL
+                self.log(
+                    "drain-progress",
+                    executing=counts[0],
+                    unrecorded=counts[1],
+                    wait=f"{math.ceil(end - now)}s",
+                )
             if self._waiter is None:
-                time.sleep(min(0.05, remaining))
+                time.sleep(min(0.05, end - now))
             else:
-                self._wait(min(0.25, remaining))
+                self._wait(min(0.25, end - now))
+        return False
+
+    def _hurried(self) -> bool:
+        return self.stop_signals >= 2
+
+
+def _finished_answer(run: RunRow) -> str:
+    """A cancel's answer for a run that had ended before it was carried out."""
+    why = f": {run.reason}" if run.reason else ""
+    return f"{run.run_id} had already finished ({run.state}){why}"
+
+
+def _cancel_answer(run: RunRow, watch: Watch, end: AttemptEnd) -> str:
+    """A cancel's answer, written with the end of the attempt it cancelled."""
+    if end.state == "failed" and end.reason == watch.cancel_reason:
+        return f"{run.run_id} cancelled"
+    what = end.state if end.reason is None else f"{end.state}: {end.reason}"
+    return f"{run.run_id} ended before the cancel took effect ({what})"
 
 
 def _stored_handle(attempt: AttemptRow) -> ShimHandle | None:
@@ -2625,6 +2930,15 @@ def _stored_handle(attempt: AttemptRow) -> ShimHandle | None:
     if attempt.shim_pid is None or attempt.shim_start_time is None:
         return None
     return ShimHandle(attempt.shim_pid, attempt.shim_start_time)
+
+
+def _frozen_kill_grace(run: RunRow) -> int:
+    """An adopted run's kill_grace. A damaged frozen invocation must not stop
+    recovery (its run fails closed when it ends): it is terminated at once."""
+    try:
+        return run.frozen.kill_grace
+    except (ValueError, KeyError):
+        return 0
 
 
 def _built(spec: LaunchSpec) -> Callable[[], LaunchSpec]:
@@ -2786,9 +3100,12 @@ def _supervise(
         leadership.executing = lambda: len(supervisor.watches)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, supervisor.request_stop)
-        supervisor.stop_requested = bool(early) or stopped()
+        supervisor.stop_signals = len(early) or int(stopped())
+        supervisor.stop_requested = bool(supervisor.stop_signals)
         try:
             supervisor.serve()
+            if supervisor.unrecorded:
+                raise OperationError(_unrecorded_message(supervisor.unrecorded))
         finally:
             signal.set_wakeup_fd(-1)
             supervisor.notifier.close()
@@ -2798,6 +3115,17 @@ def _supervise(
         control.stop()
         if ownership is not None:
             ownership.release()
+
+
+def _unrecorded_message(seqs: list[int]) -> str:
+    """The drain's last word when the store never answered in time."""
+    ids = ", ".join(run_id(seq) for seq in seqs)
+    runs = "run" if len(seqs) == 1 else "runs"
+    return (
+        f"the drain could not record the end of {len(seqs)} {runs} ({ids}) before its"
+        " deadline: the store did not answer; their exits are kept in their run"
+        " directories, and the next `wfsched supervise` on this host records them"
+    )
 
 
 def _prepare_runs_dir(path: Path) -> None:

@@ -34,6 +34,10 @@ class SupervisorConfig:
     poll_interval: float = 1.0
     max_concurrent_runs: int = 4
     drain_grace: float = 30.0
+    drain_record_window: float = 30.0
+    """How long a drain keeps retrying to record its runs' ends through a
+    store fault, past the cancel and the longest kill_grace (docs/operations.md,
+    "Stopping")."""
     max_admissions_per_tick: int = 1000
     on_failure: tuple[str, ...] | None = None
     """Default failure hook for schedules without `[notify] on_failure`."""
@@ -76,6 +80,7 @@ _KEYS = {
     "poll_interval": _Key("seconds", 0.01, MAX_POLL_INTERVAL),
     "max_concurrent_runs": _Key("count", 1),
     "drain_grace": _Key("seconds", 0),
+    "drain_record_window": _Key("seconds", 0, 86400),
     "max_admissions_per_tick": _Key("count", 1),
     "on_failure": _Key("argv", 0),
     "retention": _Key("seconds", 3600),

@@ -91,6 +91,7 @@ _REQUESTS_PER_TURN = 16  # requests served per client per turn of the loop (a sp
 _STARTED_SIZE = 512  # both started records are padded to this: one pwrite replaces the other
 _PR_SET_CHILD_SUBREAPER = 36
 _SO_PEERCRED = struct.Struct("3i")
+_MAX_CANCEL_REASON = 500  # characters of a canceller's reason kept in the exit record
 
 
 @dataclass
@@ -106,6 +107,7 @@ class _Run:
     timeout_at: float | None
     cap: _LogCap | None
     terminating: str | None = None  # "timeout" | "cancelled"
+    cancel_reason: str | None = None  # the canceller's words, into the exit record
     status: int | None = None  # the leader's wait status once known
     kill_at: float | None = None
     give_up_at: float | None = None
@@ -392,6 +394,7 @@ class Keeper:
                 return {"done": False}
             if op == "cancel":
                 if run.terminating is None:
+                    run.cancel_reason = _cancel_reason(request.get("reason"))
                     self._terminate(run, "cancelled", time.monotonic())
             else:
                 _signal_group(run.key, int(request["signum"]))
@@ -454,7 +457,10 @@ class Keeper:
         try:
             lock_fd = os.open(lock_path, flags, 0o600)
         except OSError as exc:
-            return {"error": f"cannot create the launch lock {lock_path} ({_why(exc)})"}
+            return {
+                "error": f"cannot create the launch lock {lock_path} ({_why(exc)})",
+                "errno": exc.errno,
+            }
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             started = os.fstat(lock_fd).st_size > 0
@@ -622,6 +628,7 @@ class Keeper:
             timeout=spec.timeout,
             kill_grace=spec.kill_grace,
             killed=run.give_up_at is not None,
+            cancel_reason=run.cancel_reason,
         )
         self._record(run, *ending)
 
@@ -720,6 +727,14 @@ class Keeper:
             self._drop(fd)
             return
         self.poller.modify(fd, select.POLLIN | (select.POLLOUT if client.backlog else 0))
+
+
+def _cancel_reason(value: object) -> str | None:
+    """A cancel request's reason, if it is one: text, bounded (the record
+    must stay small), a line of its own."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return " ".join(value.split())[:_MAX_CANCEL_REASON]
 
 
 def _started(spec: LaunchSpec, pid: int, start_time: int, find: bool = False) -> bytes:

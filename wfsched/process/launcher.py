@@ -133,7 +133,9 @@ class RecordError(ValueError):
 
 class SpawnRefused(OSError):
     """The keeper is fine but could not fork (a process limit, out of
-    memory): this launch failed, the next one may succeed. Carries the errno."""
+    memory) or could not write the attempt's launch lock or started record
+    (a full or failing disk): nothing started, the next launch may succeed.
+    Carries the errno."""
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()
@@ -651,7 +653,7 @@ class ProcessControl(Protocol):
     def probe_fork(self) -> None: ...
     def drain_exits(self) -> list[int]: ...
     def alive(self, handle: ShimHandle) -> bool: ...
-    def cancel(self, handle: ShimHandle) -> bool: ...
+    def cancel(self, handle: ShimHandle, reason: str | None = None) -> bool: ...
     def read_exit(self, record_dir: str) -> ExitRecord | None: ...
     def read_shim(self, record_dir: str) -> ShimHandle | None: ...
     def launch_locked(self, record_dir: str) -> bool: ...
@@ -990,18 +992,22 @@ class Launcher:
             return False
         return stat[1] == self._keeper_pid
 
-    def cancel(self, handle: ShimHandle) -> bool:
+    def cancel(self, handle: ShimHandle, reason: str | None = None) -> bool:
         """Have the keeper terminate the command's process group (SIGTERM,
-        kill_grace, SIGKILL) and record outcome "cancelled".
+        kill_grace, SIGKILL) and record outcome "cancelled", with `reason`
+        (why it was cancelled) leading the exit record's reason: a
+        supervisor that cannot record the end (a store fault during a drain)
+        leaves it there for the next start to record.
 
         A run that an earlier release started under a per-run shim (still
         running after an upgrade) is no keeper's: its shim gets SIGTERM,
         which it takes as "cancel" the same way."""
         with self._lock:
             try:
-                data = self._request(
-                    {"op": "cancel", "pid": handle.pid, "start_time": handle.start_time}
-                )
+                request = {"op": "cancel", "pid": handle.pid, "start_time": handle.start_time}
+                if reason is not None:
+                    request["reason"] = reason
+                data = self._request(request)
             except LauncherError:
                 data = {}  # no keeper: its runs are abandoned, recovery ends what is left
         return bool(data.get("done")) or _cancel_old_shim(handle)
@@ -1162,20 +1168,24 @@ def exit_outcome(
     timeout: int | None,
     kill_grace: int,
     killed: bool,
+    cancel_reason: str | None = None,
 ) -> tuple[str, int | None, int | None, str | None]:
     """(outcome, exit code, signal, reason) of an attempt, as `exit.json` says it.
 
     `status` is the leader's wait status (None when it was never reaped:
     stuck in the kernel after SIGKILL); `terminated` is "timeout" or
     "cancelled" when the keeper ended the group, and `killed` says SIGKILL
-    followed the grace. Pure, so the words the operator reads are tested
+    followed the grace; `cancel_reason`, the canceller's words for a
+    cancel ("cancelled" when none was given). Pure, so the words the operator reads are tested
     without running a command.
     """
     exit_code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
     signum = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
     if terminated is not None:
         what = (
-            "timed out after " + _duration(timeout or 0) if terminated == "timeout" else "cancelled"
+            "timed out after " + _duration(timeout or 0)
+            if terminated == "timeout"
+            else cancel_reason or "cancelled"
         )
         how = (
             f"process group killed (SIGKILL after {_duration(kill_grace)} grace)"

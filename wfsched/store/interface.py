@@ -17,7 +17,8 @@ Guarantees every implementation keeps (the contract tests check each):
   (`consumed_through`) that moves back; the refusal is an exception raised
   from the write and rolls back the transaction it was in.
 - Paging is keyset paging: `page_occurrences` in record order by ledger
-  position; `list_runs` newest first by seq, before `before_seq`.
+  position; `list_runs` newest first by seq, before `before_seq`; each
+  also pages the other way round.
 """
 
 from __future__ import annotations
@@ -158,17 +159,18 @@ class Store(Protocol):
         ...
 
     def page_occurrences(
-        self, schedule_id: str, after: int | None, limit: int
+        self, schedule_id: str, after: int | None, limit: int, *, newest_first: bool = False
     ) -> list[OccurrenceRow]:
-        """In record order, after ledger position `after`: keyset paging on occurrences_ledger,
+        """In record order, after ledger position `after` (`newest_first`: in
+        reverse record order, before it): keyset paging on occurrences_ledger,
         so any page is an index seek, and a row written later always lands after every
         position already handed out."""
         ...
 
     def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None: ...
 
-    def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
-        """The newest run state per schedule (for `list`)."""
+    def last_runs(self, schedule_ids: Sequence[str]) -> dict[str, RunRow]:
+        """The newest run per schedule (for `list`)."""
         ...
 
     def insert_run(
@@ -215,8 +217,10 @@ class Store(Protocol):
         state: str | None = None,
         before_seq: int | None = None,
         limit: int = 50,
+        oldest_first: bool = False,
     ) -> list[RunRow]:
-        """Newest first; keyset paging on seq."""
+        """Newest first (`oldest_first`: oldest first, and `before_seq` is the
+        seq the page starts after); keyset paging on seq."""
         ...
 
     def unfinished_runs(self) -> list[RunRow]: ...
@@ -231,10 +235,10 @@ class Store(Protocol):
 
     def all_active_run_counts(self) -> dict[str, int]: ...
 
-    def executing_count(self) -> int:
+    def executing_count(self, host: str | None = None) -> int:
         """Scheduled runs holding an execution slot: running, or admitted and launchable. An
         admitted run of a blocked schedule cannot launch, so it waits without a slot until
-        `resume` clears the block; manual runs bypass capacity."""
+        `resume` clears the block; manual runs bypass capacity. `host`: that host's only."""
         ...
 
     def blocked_admitted_count(self) -> int:
@@ -287,9 +291,21 @@ class Store(Protocol):
 
     def pending_requests(self, limit: int = 100) -> list[RequestRow]: ...
 
+    def pending_run_requests(self, host: str, limit: int = 100) -> list[RequestRow]:
+        """Pending cancels and resumes of runs recorded on `host` (or on no host),
+        oldest first: the work of that host's agent, leader or standby."""
+        ...
+
     def get_request(self, seq: int) -> RequestRow | None: ...
 
-    def finish_request(self, seq: int, state: str, result: str, now: float) -> None: ...
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> bool:
+        """Answer a pending request (compare-and-set on `pending`); False, with
+        nothing written, if it was answered already."""
+        ...
+
+    def note_request(self, seq: int, progress: str) -> None:
+        """A pending request's progress, kept in its `result` while it stays pending."""
+        ...
 
     def set_meta(self, **values: str) -> None: ...
 
@@ -319,6 +335,15 @@ class Store(Protocol):
         ...
 
     def get_meta(self, key: str) -> str | None: ...
+
+    def set_draining(self, host: str, state: str | None) -> None:
+        """Record that `host`'s supervisor drains (`state`: its JSON), or
+        no longer does (None); what `status` reports as `draining`."""
+        ...
+
+    def draining_hosts(self) -> dict[str, str]:
+        """The drain states `set_draining` recorded, by host."""
+        ...
 
     def ensure_connected(self) -> bool:
         """Reconnect if the connection to the database was lost (True if it

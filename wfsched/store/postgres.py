@@ -50,6 +50,7 @@ from wfsched.errors import (
 )
 from wfsched.store.audit_queries import normalize_sql
 from wfsched.store.copying import BATCH, COPY_TABLES
+from wfsched.store.driver_log import drop_cleanup_notes
 from wfsched.store.lease import HostRow, LeaseRow
 from wfsched.store.location import StoreLocation
 from wfsched.store.pg_dialect import POSTGRES
@@ -57,6 +58,8 @@ from wfsched.store.pg_lease import DB_NOW, LEASE_COLUMNS, PgLeaseChannel, lease_
 from wfsched.store.resource_faults import UNREACHABLE_ADVICE, from_server
 from wfsched.store.rows import RunRow, SchemaProblem
 from wfsched.store.sqlite import LOCK_NAME, RUN_COLUMNS, RUNS_DIR, SQLiteStore
+
+drop_cleanup_notes()  # a broken pipeline's raw note is no log line of ours
 
 LOCK_CLASS = 0x77667363
 """First key of wfsched's advisory locks (ASCII 'wfsc'); advisory locks are per database."""

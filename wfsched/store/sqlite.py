@@ -17,7 +17,7 @@ import errno
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,8 @@ DB_NAME = "wfsched.db"
 LOCK_NAME = "supervisor.lock"
 RUNS_DIR = "runs"
 BUSY_TIMEOUT_MS = 15000
+DRAINING_PREFIX = "draining:"
+"""Meta keys `draining:<host>`: a supervisor draining on that host (`set_draining`)."""
 
 _SCHEDULE_COLUMNS = (
     "id, revision, definition, created_at, updated_at, paused, deleted_at, exhausted,"
@@ -96,6 +98,7 @@ _ATTEMPT_MUTABLE = frozenset(
 )
 # State lists are SQL literals, never bound parameters: SQLite only uses the
 # partial index `runs_unfinished` when the query repeats its WHERE literally.
+_REQUEST_COLUMNS = "seq, kind, schedule_id, run_seq, payload, created_at, state, result, handled_at"
 _UNFINISHED = "state IN ('admitted', 'running', 'interrupted')"
 _EXECUTING = f"{_UNFINISHED} AND state IN ('admitted', 'running')"
 _SCHEDULE_BLOCKED = (
@@ -109,11 +112,17 @@ _OCCURRENCE_SELECT = (
 )
 
 
-CHECKPOINT_CHANGES = 400
+CHECKPOINT_CHANGES = 100
 """Rows a supervisor's connection changes between two checkpoints: an
 admission with its mark writes about 13 log pages for 5 rows, so this is
-about SQLite's own 1,000 pages; an idle supervisor, whose only writes are
-its liveness stamps (one row every 5 s), checkpoints about twice an hour."""
+about 260 pages, 1 MiB of log (SQLite's own 1,000 pages, 4 MiB, filled a
+small filesystem by itself); an idle supervisor, whose only writes are its
+liveness stamps (one row every 5 s), checkpoints about every 8 minutes."""
+JOURNAL_SIZE_LIMIT = 1 << 20
+"""Bytes of write-ahead log every connection keeps once a checkpoint has
+folded it (`PRAGMA journal_size_limit`): SQLite reuses its log file from
+the start after a checkpoint and never shrinks it by itself, so a burst's
+log would hold its high-water mark of disk for good."""
 
 
 def _placeholders(values: Sequence[object]) -> str:
@@ -182,6 +191,7 @@ class SQLiteStore(
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
             if self._checkpoints_deferred:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.DatabaseError as exc:
@@ -426,36 +436,45 @@ class SQLiteStore(
         )
 
     def page_occurrences(
-        self, schedule_id: str, after: int | None, limit: int
+        self, schedule_id: str, after: int | None, limit: int, *, newest_first: bool = False
     ) -> list[OccurrenceRow]:
-        """In record order, after ledger position `after`: keyset paging on
-        occurrences_ledger, so any page is an index seek, and a row written
-        later always lands after every position already handed out."""
-        rows = self._execute(
-            f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos > ?"
-            " ORDER BY o.ledger_pos LIMIT ?",
-            (schedule_id, after if after is not None else -(2**62), limit),
-        )
+        """In record order, after ledger position `after` (`newest_first`: in
+        reverse record order, before it): keyset paging on occurrences_ledger,
+        so any page is an index seek, and a row written later always lands
+        after every position already handed out."""
+        if newest_first:
+            rows = self._execute(
+                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos < ?"
+                " ORDER BY o.ledger_pos DESC LIMIT ?",
+                (schedule_id, after if after is not None else 2**62, limit),
+            )
+        else:
+            rows = self._execute(
+                f"{_OCCURRENCE_SELECT} WHERE o.schedule_id = ? AND o.ledger_pos > ?"
+                " ORDER BY o.ledger_pos LIMIT ?",
+                (schedule_id, after if after is not None else -(2**62), limit),
+            )
         return [_occurrence(row) for row in rows]
 
     def occurrence_for_run(self, run_seq: int) -> OccurrenceRow | None:
         row = self._execute(f"{_OCCURRENCE_SELECT} WHERE o.run_seq = ?", (run_seq,)).fetchone()
         return _occurrence(row) if row else None
 
-    def last_outcomes(self, schedule_ids: Sequence[str]) -> dict[str, str]:
-        """The newest run state per schedule (for `list`)."""
-        outcome: dict[str, str] = {}
+    def last_runs(self, schedule_ids: Sequence[str]) -> dict[str, RunRow]:
+        """The newest run per schedule (for `list`)."""
+        found: dict[str, RunRow] = {}
+        columns = ", ".join(f"r.{name.strip()}" for name in _RUN_COLUMNS.split(","))
         for chunk in chunked(schedule_ids):
             # A correlated MAX per schedule is one index seek each; a grouped
             # MAX would read every run of every schedule.
             rows = self._execute(
-                "SELECT s.id, r.state FROM schedules s JOIN runs r ON r.seq ="
+                f"SELECT {columns} FROM schedules s JOIN runs r ON r.seq ="
                 " (SELECT MAX(seq) FROM runs WHERE schedule_id = s.id)"
                 f" WHERE s.id IN ({_placeholders(chunk)})",
                 chunk,
             )
-            outcome.update(dict(rows.fetchall()))
-        return outcome
+            found.update((run.schedule_id, run) for run in (RunRow(*row) for row in rows))
+        return found
 
     # -- runs and attempts ----------------------------------------------------
 
@@ -522,8 +541,10 @@ class SQLiteStore(
         state: str | None = None,
         before_seq: int | None = None,
         limit: int = 50,
+        oldest_first: bool = False,
     ) -> list[RunRow]:
-        """Newest first; keyset paging on seq."""
+        """Newest first (`oldest_first`: oldest first, and `before_seq` is the
+        seq the page starts after); keyset paging on seq."""
         clauses: list[str] = []
         params: list[Any] = []
         if schedule_id is not None:
@@ -533,11 +554,13 @@ class SQLiteStore(
             clauses.append("state = ?")
             params.append(state)
         if before_seq is not None:
-            clauses.append("seq < ?")
+            clauses.append("seq > ?" if oldest_first else "seq < ?")
             params.append(before_seq)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = "" if oldest_first else " DESC"
         rows = self._execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC LIMIT ?", (*params, limit)
+            f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq{order} LIMIT ?",
+            (*params, limit),
         )
         return [RunRow(*row) for row in rows]
 
@@ -572,14 +595,16 @@ class SQLiteStore(
         )
         return dict(rows.fetchall())
 
-    def executing_count(self) -> int:
+    def executing_count(self, host: str | None = None) -> int:
         """Scheduled runs holding an execution slot: running, or admitted and
         launchable. An admitted run of a blocked schedule cannot launch, so it
         waits without a slot until `resume` clears the block; manual runs
-        bypass capacity."""
+        bypass capacity. `host`: that host's slots only."""
+        only_host = "" if host is None else " AND host = ?"
         row = self._execute(
             f"SELECT COUNT(*) FROM runs r WHERE {_EXECUTING} AND kind = 'scheduled'"
-            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED})"
+            f" AND NOT (state = 'admitted' AND {_SCHEDULE_BLOCKED}){only_host}",
+            () if host is None else (host,),
         ).fetchone()
         return int(row[0])
 
@@ -729,31 +754,63 @@ class SQLiteStore(
         """A full disk counts as cleared once `min_free` bytes are free again:
         SQLite can write into WAL space it already has, so one small write
         succeeding proves little, while an admission also writes the run's
-        directory."""
+        directory.
+
+        First the log is folded into the database and truncated to nothing
+        (`wal_checkpoint(TRUNCATE)`): the space the log holds is this
+        store's own, and counted as used it could keep the episode open
+        after the operator freed space, however much was freed. A
+        checkpoint that fails here (the database file must grow and cannot,
+        a reader holds an old snapshot) leaves the free space to decide."""
+        with suppress(sqlite3.Error, StoreError):
+            self._execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._folded_at = self._conn.raw.total_changes
         space = os.statvfs(self.root)
         if space.f_bavail * space.f_frsize < min_free:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.root))
 
     def pending_requests(self, limit: int = 100) -> list[RequestRow]:
         rows = self._execute(
-            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
-            " handled_at FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE state = 'pending' ORDER BY seq LIMIT ?",
             (limit,),
+        )
+        return [RequestRow(*row) for row in rows]
+
+    def pending_run_requests(self, host: str, limit: int = 100) -> list[RequestRow]:
+        """Pending cancels and resumes of runs recorded on `host` (or on no
+        host: recorded before runs had hosts), oldest first: what that host's
+        agent carries out, whoever leads."""
+        columns = ", ".join(f"q.{name.strip()}" for name in _REQUEST_COLUMNS.split(","))
+        rows = self._execute(
+            f"SELECT {columns} FROM requests q JOIN runs r ON r.seq = q.run_seq"
+            " WHERE q.state = 'pending' AND q.kind IN ('cancel', 'resume')"
+            " AND (r.host = ? OR r.host IS NULL) ORDER BY q.seq LIMIT ?",
+            (host, limit),
         )
         return [RequestRow(*row) for row in rows]
 
     def get_request(self, seq: int) -> RequestRow | None:
         row = self._execute(
-            "SELECT seq, kind, schedule_id, run_seq, payload, created_at, state, result,"
-            " handled_at FROM requests WHERE seq = ?",
-            (seq,),
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE seq = ?", (seq,)
         ).fetchone()
         return RequestRow(*row) if row else None
 
-    def finish_request(self, seq: int, state: str, result: str, now: float) -> None:
-        self._write(
-            "UPDATE requests SET state = ?, result = ?, handled_at = ? WHERE seq = ?",
+    def finish_request(self, seq: int, state: str, result: str, now: float) -> bool:
+        """Answer a pending request; False (and nothing written) if it was
+        answered already: a request is answered once, by whoever gets there
+        first (its host's agent or the leader)."""
+        cursor = self._execute(
+            "UPDATE requests SET state = ?, result = ?, handled_at = ?"
+            " WHERE seq = ? AND state = 'pending'",
             (state, result, now, seq),
+        )
+        return bool(cursor.rowcount)
+
+    def note_request(self, seq: int, progress: str) -> None:
+        """What a pending request's handler has done so far (`result`, while
+        the request stays pending): a cancel that waits for its run to end."""
+        self._write(
+            "UPDATE requests SET result = ? WHERE seq = ? AND state = 'pending'", (progress, seq)
         )
 
     # -- supervisor bookkeeping --------------------------------------------------
@@ -832,6 +889,24 @@ class SQLiteStore(
     def get_meta(self, key: str) -> str | None:
         row = self._execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def set_draining(self, host: str, state: str | None) -> None:
+        """Say that `host`'s supervisor drains (`state`, its JSON: pid, since,
+        until), or no longer does (None). One meta row per host, so two
+        hosts draining at once never overwrite each other's."""
+        key = DRAINING_PREFIX + host
+        with self.atomic():
+            if state is None:
+                self._write("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                self.set_meta(**{key: state})
+
+    def draining_hosts(self) -> dict[str, str]:
+        """Every host's drain state written by `set_draining`, by host."""
+        rows = self._execute(
+            "SELECT key, value FROM meta WHERE key LIKE ?", (DRAINING_PREFIX + "%",)
+        ).fetchall()
+        return {key.removeprefix(DRAINING_PREFIX): value for key, value in rows}
 
     def supervisor_pid(self) -> int | None:
         """The pid holding the store's supervisor.lock, from the kernel's lock table."""
