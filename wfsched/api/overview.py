@@ -131,12 +131,13 @@ class Overview:
             rows, next_after = self._schedule_rows(state, text, after, limit)
             ids = [row.id for row in rows]
             active = self.store.active_run_counts(ids)
-            outcomes = self.store.last_outcomes(ids)
+            last_runs = self.store.last_runs(ids)
             rejected = {found.schedule_id: found for found in self.store.standing_rejections()}
         views = []
         for row in rows:
             view = schedule_view(row, active.get(row.id, 0))
-            view["last_outcome"] = outcomes.get(row.id)
+            last = last_runs.get(row.id)
+            view["last_outcome"] = last.state if last is not None else None
             view["preflight_rejected"] = rejection_view(rejected.get(row.id))
             view["next_due_epoch"] = row.next_due if view["next_due"] else None
             views.append(view)
