@@ -202,8 +202,8 @@ def test_supervise_imports_no_other_commands_module() -> None:
 
         assert cli.get_command(click.Context(cli), "supervise").name == "supervise"
         loaded = sorted(m for m in sys.modules if m.startswith("wfsched.cli."))
-        expected = ["wfsched.cli.main", "wfsched.cli.output", "wfsched.cli.params",
-                    "wfsched.cli.supervise"]
+        expected = ["wfsched.cli.interrupts", "wfsched.cli.main", "wfsched.cli.output",
+                    "wfsched.cli.params", "wfsched.cli.supervise"]
         sys.exit(0 if loaded == expected else f"loaded {loaded}")
         """
     )

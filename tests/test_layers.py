@@ -20,7 +20,8 @@ ALLOWED = {
     "process": {"base"},
     "api": {"base", "domain", "store"},
     "daemon": {"base", "domain", "store", "process", "api"},
-    "cli": {"base", "domain", "store", "api", "daemon"},
+    "web": {"base", "domain", "store", "api"},
+    "cli": {"base", "domain", "store", "api", "daemon", "web"},
 }
 """layer -> the other layers it may import (its own is always allowed)."""
 

@@ -751,3 +751,115 @@ def test_started_pids_are_noted_in_a_commit_of_their_own_and_durability_comes_ba
     assert again is not None and (again.shim_pid, store.get_meta("after")) == (4343, "1")
     if type(store) is SQLiteStore:
         assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+# -- read-only opening and the web view's paged queries ------------------------------
+
+
+@pytest.fixture
+def read_only(store_backend: Backend, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    from wfsched.store import open_location
+    from wfsched.store.location import resolve_store
+
+    place = (
+        tmp_path / "contract"
+        if store_backend.name == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    opened = open_location(resolve_store(str(place)), create=False, read_only=True)
+    assert opened is not None
+    request.addfinalizer(opened.close)
+    return opened
+
+
+def test_a_read_only_store_reads_and_the_database_refuses_its_writes(
+    store: Store, read_only: Store
+) -> None:
+    add_schedule(store, "r")
+    assert read_only.read_only and not store.read_only
+    row = read_only.get_schedule("r")
+    assert row is not None and row.id == "r"
+    with pytest.raises(Exception, match=r"(?i)read.only"), read_only.atomic():
+        read_only.update_schedule("r", paused=1)
+    again = store.get_schedule("r")
+    assert again is not None and not again.paused
+
+
+def test_schedules_after_pages_in_id_order(store: Store) -> None:
+    for name in ("c", "a", "b", "d"):
+        add_schedule(store, name)
+    assert [row.id for row in store.schedules_after(None, 2)] == ["a", "b"]
+    assert [row.id for row in store.schedules_after("b", 5)] == ["c", "d"]
+
+
+def test_find_runs_filters_by_host_kind_state_and_admission_time(store: Store) -> None:
+    from wfsched.store.web_queries import RunFilter
+
+    add_schedule(store, "s")
+    first = admit(store, "s", T0 + 60)
+    manual = admit(store, "s", T0 + 120, kind="manual")
+    with store.atomic():
+        store.update_run(first, host="h1", state="completed", finished_at=T0 + 70)
+        late = store.insert_run("s", "manual", T0 + 180, 1, '{"argv": ["true"]}', T0 + 500)
+    seqs = lambda **where: [r.seq for r in store.find_runs(RunFilter(**where))]  # noqa: E731
+    assert seqs() == [late, manual, first]
+    assert seqs(host="h1") == [first]
+    assert seqs(kind="manual") == [late, manual]
+    assert seqs(state="completed", schedule_id="s") == [first]
+    assert seqs(since=T0 + 1) == [late]
+    assert seqs(until=T0 + 1) == [manual, first]
+    assert [r.seq for r in store.find_runs(RunFilter(), before_seq=late, limit=1)] == [manual]
+
+
+def test_ledger_days_and_window_group_instants_by_day_and_run_state(store: Store) -> None:
+    add_schedule(store, "s")
+    day = 86400
+    base = (T0 // day) * day
+    ran = admit(store, "s", base + 60)
+    admit(store, "s", base + 120)
+    with store.atomic():
+        store.update_run(ran, state="failed", finished_at=base + 70, host="h1")
+        store.insert_occurrence("s", base + day + 5, "skipped-overlap", 1, T0, reason="overlap")
+        store.insert_occurrence(
+            "s",
+            base + day + 60,
+            "skipped-misfire",
+            1,
+            T0,
+            last_at=base + day + 600,
+            count=10,
+            summary=True,
+        )
+    got = {
+        (d.day, d.state, d.run_state, d.count)
+        for d in store.ledger_days(["s"], base, base + 2 * day)
+    }
+    first = base // day
+    assert got == {
+        (first, "admitted", "failed", 1),
+        (first, "admitted", "admitted", 1),
+        (first + 1, "skipped-overlap", None, 1),
+        (first + 1, "skipped-misfire", None, 10),
+    }
+    assert store.ledger_days(["s"], base + 2 * day, base + 3 * day) == []
+    window = store.ledger_in_window(["s"], base, base + day + 10, 10)
+    assert [(w.scheduled_at, w.run_state, w.host) for w in window] == [
+        (base + 60, "failed", "h1"),
+        (base + 120, "admitted", None),
+        (base + day + 5, None, None),
+    ]
+    assert len(store.ledger_in_window(["s"], base, base + 2 * day, 2)) == 2
+
+
+def test_schedules_after_prefilters_on_a_flag_and_on_text(store: Store) -> None:
+    for name in ("a_1", "ab1", "b%2", "c"):
+        add_schedule(store, name)
+    with store.atomic():
+        store.update_schedule("ab1", paused=1)
+        store.update_schedule("c", blocked_reason="zone gone")
+    assert [r.id for r in store.schedules_after(None, 9, having="paused")] == ["ab1"]
+    assert [r.id for r in store.schedules_after(None, 9, having="blocked_reason")] == ["c"]
+    # LIKE's wildcards in the text are literal: `_` is not any character.
+    assert [r.id for r in store.schedules_after(None, 9, containing="a_")] == ["a_1"]
+    assert [r.id for r in store.schedules_after(None, 9, containing="B%")] == ["b%2"]
+    assert [r.id for r in store.schedules_after("a_1", 9, containing="1")] == ["ab1"]

@@ -189,8 +189,13 @@ def notification_view(row: NotificationRow) -> dict[str, Any]:
     }
 
 
+def shown_state(state: str, run_seq: int | None, run_state: str | None) -> str:
+    """A ledger row's state as shown: an admitted row shows its run's state."""
+    return run_state if run_seq is not None and run_state else state
+
+
 def occurrence_view(row: OccurrenceRow) -> dict[str, Any]:
-    state = row.run_state if row.run_seq is not None and row.run_state else row.state
+    state = shown_state(row.state, row.run_seq, row.run_state)
     reason = row.run_reason if row.run_seq is not None and row.run_reason else row.reason
     view: dict[str, Any] = {
         "occurrence_id": None if row.summary else occurrence_id(row.schedule_id, row.scheduled_at),

@@ -194,6 +194,7 @@ COMMAND_MODULES = {
     "wfsched.cli.audit": ("audit",),
     "wfsched.cli.store": ("store",),
     "wfsched.cli.requests": ("requests",),
+    "wfsched.cli.web": ("web",),
     "wfsched.cli.cron": ("import-crontab", "export"),
 }  # fmt: skip
 """Which module registers which commands (its `register(group)`)."""

@@ -41,24 +41,38 @@ def open_store(
 
 
 def open_location(
-    location: StoreLocation, *, create: bool, busy_timeout: float | None = None
+    location: StoreLocation,
+    *,
+    create: bool,
+    busy_timeout: float | None = None,
+    read_only: bool = False,
 ) -> Store | None:
     """The store `location` names; with `create=False` a store that does not exist
     yet is None (reading commands create nothing: no directory, no schema).
-    `busy_timeout` is SQLite's wait for a lock held by another writer."""
+    `busy_timeout` is SQLite's wait for a lock held by another writer.
+    `read_only`: the database itself refuses writes on this connection
+    (SQLite `mode=ro`, PostgreSQL `default_transaction_read_only`); implies
+    `create=False`."""
+    create = create and not read_only
     if location.is_postgres:
         require_psycopg()
         from wfsched.store.postgres import NoStore, PostgresStore
 
         try:
-            return PostgresStore(location, create=create, runs_dir=location.runs_dir)
+            return PostgresStore(
+                location, create=create, runs_dir=location.runs_dir, read_only=read_only
+            )
         except NoStore:
             return None
     assert location.path is not None
     if not create and not (location.path / DB_NAME).exists():
         return None
     return SQLiteStore(
-        location.path, create=create, busy_timeout=busy_timeout, runs_dir=location.runs_dir
+        location.path,
+        create=create,
+        busy_timeout=busy_timeout,
+        runs_dir=location.runs_dir,
+        read_only=read_only,
     )
 
 

@@ -46,6 +46,7 @@ from wfsched.store.rows import (
     ScheduleRow,
     SchemaProblem,
 )
+from wfsched.store.web_queries import LedgerDay, RunFilter, WindowItem
 
 if TYPE_CHECKING:
     from wfsched.store.commit_watch import CommitWatch
@@ -685,4 +686,40 @@ class Store(Protocol):
 
     def applied_revisions(self, schedule_ids: Iterable[str]) -> dict[str, int]:
         """The revision `apply` last gave each of `schedule_ids` that it touched."""
+        ...
+
+    # -- the web view's pages (wfsched.store.web_queries) ----------------------------------
+
+    read_only: bool
+    """Opened so that the database refuses writes (the web view)."""
+
+    def schedules_after(
+        self,
+        after_id: str | None,
+        limit: int,
+        include_deleted: bool = False,
+        *,
+        having: str | None = None,
+        containing: str | None = None,
+    ) -> list[ScheduleRow]:
+        """Schedules in id order after `after_id` (keyset paging); `having`
+        and `containing` prefilter on a set flag column and on text in the id
+        or stored definition (the caller still decides the match)."""
+        ...
+
+    def find_runs(
+        self, where: RunFilter, before_seq: int | None = None, limit: int = 50
+    ) -> list[RunRow]:
+        """Runs matching `where`, newest first, before `before_seq`."""
+        ...
+
+    def ledger_days(self, schedule_ids: Sequence[str], since: int, until: int) -> list[LedgerDay]:
+        """Per schedule and UTC day, how many instants in [since, until) got
+        each (verdict, run state)."""
+        ...
+
+    def ledger_in_window(
+        self, schedule_ids: Sequence[str], since: int, until: int, limit: int
+    ) -> list[WindowItem]:
+        """These schedules' ledger rows with instants in [since, until), oldest first."""
         ...

@@ -97,16 +97,20 @@ def silent_client_settings(seconds: float) -> dict[str, int]:
     }
 
 
-def _startup_options(conninfo: str) -> str:
+def _startup_options(conninfo: str, read_only: bool = False) -> str:
     """The connection's `options` (server settings at its start): the
     operator's own, from the URL or PGOPTIONS, then `silent_client_settings`
-    (no extra round trip for every command)."""
+    (no extra round trip for every command). A read-only store's session
+    starts every transaction READ ONLY, so the server refuses any write
+    (the web view's guarantee that it changes nothing)."""
     given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options")
     if given is None:
         given = os.environ.get("PGOPTIONS", "")
     ours = " ".join(
         f"-c {name}={value}" for name, value in silent_client_settings(SILENT_CLIENT).items()
     )
+    if read_only:
+        ours += " -c default_transaction_read_only=on"
     return f"{given} {ours}".strip()
 
 
@@ -138,9 +142,15 @@ class PostgresStore(SQLiteStore):
     _conn: psycopg.Connection[Any]  # type: ignore[assignment]
 
     def __init__(
-        self, location: StoreLocation, *, create: bool = True, runs_dir: Path | None = None
+        self,
+        location: StoreLocation,
+        *,
+        create: bool = True,
+        runs_dir: Path | None = None,
+        read_only: bool = False,
     ) -> None:
         assert location.conninfo is not None
+        self.read_only = read_only
         self.location = location
         self.display = location.display
         self._schema_place = location.display
@@ -178,7 +188,7 @@ class PostgresStore(SQLiteStore):
                 conninfo,
                 autocommit=True,
                 connect_timeout=CONNECT_TIMEOUT,
-                options=_startup_options(conninfo),
+                options=_startup_options(conninfo, self.read_only),
             )
         except psycopg.Error as exc:
             raise StoreConnectionLost(

@@ -39,6 +39,7 @@ from wfsched.store.rows import (
     RunRow,
     ScheduleRow,
 )
+from wfsched.store.web_queries import WebQueries
 from wfsched.store.worded import WordedConnection
 
 if TYPE_CHECKING:
@@ -149,7 +150,9 @@ def check_database_file(path: Path) -> None:
         )
 
 
-class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries):
+class SQLiteStore(
+    AuditQueries, RetentionQueries, MetricsQueries, OperatorQueries, CopyQueries, WebQueries
+):
     """A store directory: `wfsched.db`, `runs/`, `supervisor.lock`.
 
     Implements `wfsched.store.interface.Store`. Query groups for `audit` and
@@ -168,7 +171,9 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         create: bool = True,
         busy_timeout: float | None = None,
         runs_dir: Path | None = None,
+        read_only: bool = False,
     ) -> None:
+        self.read_only = read_only
         self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if busy_timeout is None else busy_timeout
         self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
         self.db_path = self.root / DB_NAME
@@ -195,6 +200,8 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
     # -- connection and transactions ---------------------------------------
 
     def _connect(self) -> WordedConnection:
+        if self.read_only:
+            return self._connect_read_only()
         old_umask = os.umask(0o077)
         try:
             if self._create:
@@ -226,6 +233,27 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
         finally:
             os.umask(old_umask)
 
+    def _connect_read_only(self) -> WordedConnection:
+        """A connection SQLite itself refuses to write through (`mode=ro`):
+        the web view's guarantee that it changes nothing does not rest on its
+        own code. Nothing is created; the journal mode is the writers' (WAL)."""
+        uri = f"{self.db_path.as_uri()}?mode=ro"
+        try:
+            # One reader thread uses it; the server closes it from its main
+            # thread once the others have stopped.
+            raw = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,
+                timeout=self.busy_timeout,
+                check_same_thread=False,
+            )
+            conn = WordedConnection(raw, self.db_path, self.busy_timeout)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.root} read-only: {exc}") from exc
+        return conn
+
     def _migrate(self, version: int | None = None) -> None:
         """Every migration above the stored version, in order, each with its
         version, in one transaction (taken under the write lock, so two first
@@ -243,6 +271,12 @@ class SQLiteStore(AuditQueries, RetentionQueries, MetricsQueries, OperatorQuerie
             )
         if version == latest:
             return
+        if self.read_only:
+            raise StoreError(
+                f"{self._schema_place}: schema version {version} is older than this wfsched"
+                f" ({latest}); a read-only reader cannot upgrade it: run any writing"
+                " command (or the supervisor) of this version once"
+            )
         with self.atomic():
             version = self.schema_version
             for number, _why, statements in migrations:
