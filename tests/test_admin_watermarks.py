@@ -333,7 +333,7 @@ def test_delete_is_soft_and_the_id_is_never_reusable(env: Env, tmp_path: Path) -
     # Idempotent.
     assert env.admin.delete("job")[1] is False
     # Never reusable: create, apply (nothing written by a refused apply).
-    with pytest.raises(ConflictError, match="never reused"):
+    with pytest.raises(ConflictError, match="undelete job` revives it"):
         env.admin.create(cron_def())
     folder = tmp_path / "defs"
     folder.mkdir()
@@ -344,7 +344,7 @@ def test_delete_is_soft_and_the_id_is_never_reusable(env: Env, tmp_path: Path) -
         'id = "other"\n[trigger]\ncron = "0 * * * *"\n[run]\ncommand = ["true"]\n'
     )
     with pytest.raises(ConflictError):
-        env.admin.apply([str(folder)])
+        env.admin.apply([str(folder)], strict=True)
     assert env.store.get_schedule("other") is None
     for op in (env.admin.pause, env.admin.resume):
         with pytest.raises(ConflictError):

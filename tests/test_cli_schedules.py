@@ -1031,6 +1031,8 @@ def test_status_json_without_a_supervisor(run_cli: CliRun, created, store_path: 
     )
     assert info["supervisor"] == {
         "running": False,
+        "state": None,
+        "draining": None,
         "pid": None,
         "started_at": None,
         "last_tick_at": None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wfsched.api.run_ops import TAIL_BYTES, Runs
+from wfsched.api.run_ops import TAIL_BYTES, Runs, read_tail
 from wfsched.errors import UsageError
 from wfsched.store.rundirs import RunDir
 
@@ -35,14 +35,7 @@ def log_tail(runs: Runs, text: str, stream: str, attempt: int | None = None) -> 
     place = runs.log_place(text, attempt)
     if place.here:
         path = RunDir(runs.store.runs_dir, place.run_id).log_path(place.attempt, stream)
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(0, 2)
-                size = handle.tell()
-                handle.seek(max(0, size - TAIL_BYTES))
-                data = handle.read()
-        except OSError:
-            data, size = b"", 0
+        data, size = read_tail(path)
         return LogTail(
             _decoded(data), "file", str(path), place.running, place.attempt, size > len(data)
         )

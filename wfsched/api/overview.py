@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wfsched.api.views import (
-    rejection_view,
+    listed_schedule_view,
     run_view,
-    schedule_view,
     shown_state,
     stored_document,
 )
@@ -135,10 +134,9 @@ class Overview:
             rejected = {found.schedule_id: found for found in self.store.standing_rejections()}
         views = []
         for row in rows:
-            view = schedule_view(row, active.get(row.id, 0))
-            last = last_runs.get(row.id)
-            view["last_outcome"] = last.state if last is not None else None
-            view["preflight_rejected"] = rejection_view(rejected.get(row.id))
+            view = listed_schedule_view(
+                row, active.get(row.id, 0), last_runs.get(row.id), rejected.get(row.id)
+            )
             view["next_due_epoch"] = row.next_due if view["next_due"] else None
             views.append(view)
         return views, next_after

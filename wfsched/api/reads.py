@@ -11,7 +11,7 @@ from typing import Any
 
 from wfsched.api.paging import decode_directed, encode_cursor
 from wfsched.api.views import (
-    last_run_view,
+    listed_schedule_view,
     occurrence_view,
     pending_view,
     rejection_view,
@@ -50,14 +50,12 @@ class Reads:
             active = self.store.all_active_run_counts()
             last_runs = self.store.last_runs([row.id for row in rows])
             rejected = {found.schedule_id: found for found in self.store.standing_rejections()}
-        views = []
-        for row in rows:
-            view = schedule_view(row, active.get(row.id, 0))
-            last = last_runs.get(row.id)
-            view["last_outcome"] = last.state if last is not None else None
-            view["last_run"] = last_run_view(last)
-            view["preflight_rejected"] = rejection_view(rejected.get(row.id))
-            views.append(view)
+        views = [
+            listed_schedule_view(
+                row, active.get(row.id, 0), last_runs.get(row.id), rejected.get(row.id)
+            )
+            for row in rows
+        ]
         return views
 
     def occurrences(

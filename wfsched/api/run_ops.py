@@ -372,14 +372,20 @@ def _last_lines(data: bytes, lines: int) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()[-lines:]
 
 
-def _tail(path: Path, lines: int) -> list[str]:
-    """The last `lines` lines of a log (decoded leniently); [] when absent."""
+def read_tail(path: Path) -> tuple[bytes, int]:
+    """The last TAIL_BYTES of a log file and the file's size; (b"", 0) when
+    it cannot be read (absent, or not there yet)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, 2)
             size = handle.tell()
             handle.seek(max(0, size - TAIL_BYTES))
-            data = handle.read()
+            return handle.read(), size
     except OSError:
-        return []
+        return b"", 0
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log (decoded leniently); [] when absent."""
+    data, _size = read_tail(path)
     return _last_lines(data, lines)

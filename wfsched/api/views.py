@@ -281,6 +281,18 @@ def last_run_view(row: RunRow | None) -> dict[str, Any] | None:
     }
 
 
+def listed_schedule_view(
+    row: ScheduleRow, active: int, last: RunRow | None, rejection: RejectionRow | None
+) -> dict[str, Any]:
+    """A schedule as a listing shows it (`list`, the web view's schedules):
+    its view plus its newest run and any standing preflight rejection."""
+    view = schedule_view(row, active)
+    view["last_outcome"] = last.state if last is not None else None
+    view["last_run"] = last_run_view(last)
+    view["preflight_rejected"] = rejection_view(rejection)
+    return view
+
+
 def run_view(row: RunRow, attempts: list[AttemptRow]) -> dict[str, Any]:
     invocation = row.frozen
     return {

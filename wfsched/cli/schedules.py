@@ -841,7 +841,7 @@ def status(state: CliState, as_json: bool, check: bool) -> int | None:
         if supervisor["started_at"]:
             alive += f", started {supervisor['started_at']}"
         if supervisor["uptime"] is not None:
-            alive += f" (up {_span(supervisor['uptime'])})"
+            alive += f" (up {output.span_text(int(supervisor['uptime']))})"
         if supervisor["last_tick_at"]:
             alive += f", last tick {supervisor['last_tick_at']}"
         if supervisor["stale"]:
@@ -995,14 +995,3 @@ COMMANDS = (
 def register(group: click.Group) -> None:
     for command in COMMANDS:
         group.add_command(command)
-
-
-def _span(seconds: float) -> str:
-    """`3d 4h`, `2h 5m`, `4m 10s`, `12s`: uptime at a glance."""
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
-    shown = [f"{value}{unit}" for value, unit in parts if value][:2]
-    return " ".join(shown) or "0s"
