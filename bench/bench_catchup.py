@@ -9,7 +9,8 @@ through `Admin(store, clock=lambda: then)` with `then` = now - 3 years, so
 its watermark (`consumed_through`) is three years old. Then:
 
 - restart: a fresh `Supervisor` (wall clock, a ProcessControl that starts
-  nothing) runs recovery and its first tick, the startup tick of DESIGN 4.7;
+  nothing) runs recovery and its first tick, the startup tick
+  (docs/semantics.md, "Startup after downtime");
 - clock jump: a supervisor already running at `then` sees the wall clock
   leap three years between two ticks (the `catch-up-jump` path of 4.1);
 - real: `wfsched supervise` on such a store, stopped with SIGTERM once the

@@ -9,9 +9,9 @@
 Each sample is a one-shot schedule (`[trigger] at = "<RFC 3339 Z>"`) whose
 command is `date +%s.%N > "$BENCH_OUT/$WFSCHED_RUN_ID"`: the job's own clock
 reading, minus the scheduled instant, is the latency. One-shot instants are
-whole seconds (DESIGN 9 truncates fractions), so they are spaced by whole
-seconds, >= 2 by default: between two of them the supervisor has nothing due
-and sleeps (poll interval 1 s, its default, unless --poll-interval).
+whole seconds (an `at` keeps whole seconds: docs/definitions.md), so
+they are spaced by whole seconds, >= 2 by default: between two of them the
+supervisor has nothing due and sleeps (poll interval 1 s, its default, unless --poll-interval).
 
 The schedules are created with `wfsched apply`, the supervisor is
 `wfsched supervise` (default settings), stopped with SIGTERM at the end.

@@ -1,4 +1,4 @@
-"""Layer 1: administration and the watermark (DESIGN.md section 4,
+"""Layer 1: administration and the watermark (docs/semantics.md, "Administration",
 "Administration", and section 9), against a real store with an injected clock.
 
 Each test is a short timeline: move the clock (`t[0]`), call the API, read
@@ -282,7 +282,7 @@ def test_pause_resume_delete_never_bump_the_revision(env: Env) -> None:
 
 
 def test_update_while_paused_records_paused_time_per_revision(env: Env) -> None:
-    """Update consumes up to its own instant (DESIGN: consumed = max(.., now)),
+    """Update consumes up to its own instant (docs/semantics.md: consumed = max(.., now)),
     so the paused span splits at the edit: the old revision's part is written
     by the update, the rest by resume, both as paused time."""
     env.at(T0).admin.create(cron_def())

@@ -1,4 +1,5 @@
-"""The calendar adapter (DESIGN.md section 3), pinned value by value.
+"""The calendar adapter (docs/definitions.md, "The cron
+dialect"; docs/semantics.md, "DST"), pinned value by value.
 
 Expected instants come from shared/reference/calendar-probe.md (croniter
 7.0.0). Every answer is compared as a UTC instant: local datetimes of the two

@@ -1,4 +1,4 @@
-"""Every path that reads the calendar sees the completed one (DESIGN section 3).
+"""Every path that reads the calendar sees the completed one (docs/semantics.md, "DST").
 
 croniter 7.0.0 alone drops the second 01:30 of `30 1 1 11 *` in New York on
 2026-11-01 (06:30Z; tests/test_calendar.py pins its raw answer), and every

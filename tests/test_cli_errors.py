@@ -1,5 +1,6 @@
 """Errors at the CLI edge: one line on stderr, the documented exit status, no
-traceback, and nothing written (DESIGN sections 2, 7 and 9)."""
+traceback, and nothing written (docs/definitions.md,
+"Errors"; docs/operations.md, "Exit statuses")."""
 
 from __future__ import annotations
 

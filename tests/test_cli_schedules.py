@@ -1,4 +1,5 @@
-"""The schedule commands through the real CLI (DESIGN sections 7, 8 and 9)."""
+"""The schedule commands through the real CLI (docs/operations.md:
+the command reference, JSON output, exit statuses)."""
 
 from __future__ import annotations
 

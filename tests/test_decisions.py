@@ -1,4 +1,5 @@
-"""Layer 1: the pure decision rules (DESIGN.md section 4, steps 1-4, 7, 8).
+"""Layer 1: the pure decision rules (docs/semantics.md: each tick,
+startup after downtime, clock jumps).
 
 Every test is a short timeline driven by an injected `now`: no clock, no
 store, no sleeps, no processes. A fake calendar (sorted list or arithmetic

@@ -13,7 +13,7 @@ the code, so they cannot drift silently.
   states; an error line shown under it must be what the command printed. A
   block preceded by `<!-- not run ... -->` is left alone (it needs a running
   supervisor, a real editor or a particular run);
-- the systemd unit has the settings DESIGN section 6 asks for and passes
+- the systemd unit has the settings docs/operations.md asks for and passes
   `systemd-analyze verify` where that tool exists;
 - names the code defines (config keys, audit checks, fault points, bench
   scripts, occurrence states) appear where an operator would look for them,

@@ -1,4 +1,4 @@
-"""Domain errors, each carrying the exit status DESIGN.md section 7 assigns.
+"""Domain errors, each carrying the exit status docs/operations.md ("Exit statuses") assigns.
 
 The CLI turns these into one line on stderr and the exit status; nothing below
 the CLI prints or exits.

@@ -1,4 +1,7 @@
-"""The schedule administration API the CLI calls (DESIGN sections 4 and 7).
+"""The schedule administration API the CLI calls.
+
+The rules are in docs/semantics.md ("Administration") and the commands in
+docs/operations.md ("Command reference").
 
 Each mutating operation is one store transaction and is safe while a
 supervisor runs: the supervisor decides inside its own transaction, so the

@@ -1,4 +1,4 @@
-"""`wfsched audit`: prove the store's invariants from what it holds (DESIGN 4, 6, 7).
+"""`wfsched audit`: prove the store's invariants from what it holds (docs/operations.md, "audit").
 
 Read-only: one read transaction over the database plus a look at `runs/`.
 Each violation names a stable `check`:

@@ -1,4 +1,5 @@
-"""Admission preflight: what can change after validation (DESIGN section 9).
+"""Admission preflight: what can change after validation (the executable
+and the cwd; docs/definitions.md, "Warnings").
 
 Executable found and cwd present are re-checked at admission; everything
 static was checked when the definition was accepted.

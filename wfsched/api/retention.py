@@ -15,7 +15,7 @@ With `cutoff = now - older_than_seconds`:
 - Rows and directories of unfinished runs (admitted, running, interrupted)
   are never touched, however old. Schedules and revisions are never removed.
 
-The ledger stays a complete account (DESIGN section 7). Removed rows are
+The ledger stays a complete account (docs/semantics.md, "The history (ledger)"). Removed rows are
 replaced, per schedule, by `pruned` summary rows (`first`, `last`, `count`,
 reason `retention: history before <cutoff> pruned`). One `pruned` row covers
 one contiguous stretch of removed history: a row that stays (an old

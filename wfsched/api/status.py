@@ -34,7 +34,7 @@ CLOCK_WARNING = 1.0
 
 
 def status(store: Store, clock: Clock = wall_clock) -> dict[str, Any]:
-    """The status object (DESIGN section 8), with a few added fields.
+    """The status object (docs/operations.md, "status"), with a few added fields.
 
     `supervisor.stale` is true when a process holds the lock but has not
     stamped a tick for three stamp intervals: alive but stuck (or its clock

@@ -1,4 +1,4 @@
-"""Rows -> the documented JSON shapes (DESIGN section 8).
+"""Rows -> the documented JSON shapes (docs/operations.md, "JSON output").
 
 The CLI prints these for `--json` and renders the same dicts as tables, so
 there is one mapping from the store to what operators and machines see.
@@ -97,7 +97,7 @@ def record_entries(
 
 
 # The stored JSON has sorted keys (it is the change test); views keep the
-# documented order of DESIGN section 8.
+# documented order of docs/operations.md, "JSON output".
 _DOCUMENT_ORDER = {
     "trigger": ("cron", "timezone", "at"),
     "run": ("command", "cwd", "env", "timeout", "kill_grace", "interrupt_exit_code"),

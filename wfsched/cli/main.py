@@ -1,7 +1,7 @@
 """The `wfsched` group, its global options, and the error edge.
 
 Every error an operator can cause ends here as ONE line on stderr and an exit
-status (DESIGN section 7): 0 ok, 1 failed, 2 usage or invalid definition,
+status (docs/operations.md, "Exit statuses"): 0 ok, 1 failed, 2 usage or invalid definition,
 3 not found, 4 conflict. The handling lives in `WfschedGroup.main`, not in a
 wrapper around it, so click's test runner sees exactly what a shell sees.
 """

@@ -603,7 +603,7 @@ def _recorded(state: CliState, request: Callable[[], int], what: str) -> int:
 
 class _Zones:
     """Each schedule's display zone, read once per command (times are shown
-    in UTC and in the schedule's zone, DESIGN section 7)."""
+    in UTC and in the schedule's zone, as every human output shows times)."""
 
     def __init__(self, state: CliState) -> None:
         self._state = state

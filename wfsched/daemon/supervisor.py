@@ -1,5 +1,6 @@
 """`wfsched supervise`: owns the store, admits due occurrences, launches and
-watches runs, recovers after crashes, drains on SIGTERM (DESIGN 4, 5, 6).
+watches runs, recovers after crashes, drains on SIGTERM (docs/semantics.md,
+docs/runs.md, docs/recovery.md).
 
 The loop gathers state from the store, asks `wfsched.domain.decisions` what to do,
 persists that in one transaction, and only then acts (run directories,
@@ -2766,15 +2767,7 @@ class Supervisor:
             # Launched by a version that kept records in the attempt directory
             # (every launch now creates its record directory before marking).
             directory = RunDir(self.store.runs_dir, run.run_id).attempt_dir(run.attempt)
-        watch = Watch(
-            run.seq,
-            run.schedule_id,
-            run.attempt,
-            str(directory),
-            handle,
-            True,
-            kill_grace=_frozen_kill_grace(run),
-        )
+        watch = _recovered_watch(run, directory, handle)
         self._watch(watch)
         ending = self._examine_at_recovery(watch)
         if ending is None:
@@ -2816,15 +2809,7 @@ class Supervisor:
         directory = attempt_record_dir(self.store.root, run.run_id, run.attempt)
         if not directory.exists():
             return
-        watch = Watch(
-            run.seq,
-            run.schedule_id,
-            run.attempt,
-            str(directory),
-            handle,
-            True,
-            kill_grace=_frozen_kill_grace(run),
-        )
+        watch = _recovered_watch(run, directory, handle)
         if CANCEL_UNREACHED in (run.reason or ""):
             # An operator cancelled it while this host was lost: carried out now.
             watch.cancel_reason = "cancelled"
@@ -3000,6 +2985,20 @@ def _stored_handle(attempt: AttemptRow) -> ShimHandle | None:
     if attempt.shim_pid is None or attempt.shim_start_time is None:
         return None
     return ShimHandle(attempt.shim_pid, attempt.shim_start_time)
+
+
+def _recovered_watch(run: RunRow, directory: Path | str, handle: ShimHandle | None) -> Watch:
+    """The watch of a run found running in the store (recovery, or a late
+    exit of a run failed while its host was silent)."""
+    return Watch(
+        run.seq,
+        run.schedule_id,
+        run.attempt,
+        str(directory),
+        handle,
+        True,
+        kill_grace=_frozen_kill_grace(run),
+    )
 
 
 def _frozen_kill_grace(run: RunRow) -> int:

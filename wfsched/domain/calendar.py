@@ -1,4 +1,5 @@
-"""The calendar adapter over croniter (DESIGN.md section 3).
+"""The calendar adapter over croniter (docs/definitions.md, "The cron
+dialect"; docs/semantics.md, "DST").
 
 croniter owns every piece of calendar arithmetic, DST included; this module
 only (1) refuses the inputs croniter would read differently from Unix cron,

@@ -279,7 +279,7 @@ def decide(
     owned_at: int | None = None,
     late_reason: str = "late",
 ) -> Decision:
-    """One schedule, one tick (DESIGN section 4, steps 1-4 and 7).
+    """One schedule, one tick (docs/semantics.md, "Each tick" and "Startup after downtime").
 
     `active` counts this schedule's unfinished scheduled runs; `capacity_left`
     is what remains of max_concurrent_runs. The caller charges `admit` to
@@ -433,7 +433,7 @@ def _retry_candidate(tick: _Tick, held: Candidate) -> None:
     tick.try_admit(held.at, held.why)
 
 
-# -- administration transitions (DESIGN section 4, "Administration") ---------
+# -- administration transitions (docs/semantics.md, "Administration") ---------
 
 
 @dataclass

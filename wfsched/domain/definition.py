@@ -1,4 +1,4 @@
-"""Parse and validate schedule definitions (DESIGN.md section 2 and 9).
+"""Parse and validate schedule definitions (docs/definitions.md).
 
 This is the only place that validates; everything downstream receives a frozen
 `Definition` and may trust it. Validation is strict on purpose: unknown keys

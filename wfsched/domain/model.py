@@ -72,7 +72,8 @@ class Definition:
     inputs: tuple[Binding, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
-        """The definition as a TOML/JSON-ready mapping (DESIGN section 8 names).
+        """The definition as a TOML/JSON-ready mapping (the field names of
+        docs/operations.md, "JSON output").
 
         Absent optional values are None here; `to_toml` drops them because
         TOML has no null.
